@@ -1,0 +1,4 @@
+"""xfuse.runtime: executables, buffer plans, asynchronous execution, AOT artifact loading.
+
+Imports numpy and the standard library only: never jax or numba, so artifacts run anywhere.
+"""
