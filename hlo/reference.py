@@ -124,7 +124,7 @@ def _int_div_rem(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     q = x // safe
     r = x - q * safe
     if lo is not None:  # floor -> trunc
-        fix = (r != 0) & ((r < 0) != (safe < 0))
+        fix = (r != 0) & ((r < 0) != (x < 0))  # a truncated remainder has x's sign
         q = np.where(fix, q + 1, q)
         r = np.where(fix, r - safe, r)
     q = np.where(zero, np.asarray(-1).astype(x.dtype), q)

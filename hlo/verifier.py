@@ -18,6 +18,14 @@ from .shape_rules import ShapeError
 CONTEXT_LINES = 2
 
 
+def _format(inst: Instruction, root: bool) -> str:
+    """The instruction's text, or its repr when it is too malformed to print."""
+    try:
+        return format_instruction(inst, root=root)
+    except Exception:  # the module being verified may hold anything
+        return repr(inst)
+
+
 def _context(comp: Computation, name: str | None) -> str:
     names = [i.name for i in comp.instructions]
     if name not in names:
@@ -31,7 +39,7 @@ def _context(comp: Computation, name: str | None) -> str:
     for i in range(max(0, at - CONTEXT_LINES), min(len(names), at + CONTEXT_LINES + 1)):
         other = comp.instructions[i]
         mark = ">" if i == at else " "
-        lines.append(f"    {mark} {format_instruction(other, root=other.name == comp.root)}")
+        lines.append(f"    {mark} {_format(other, other.name == comp.root)}")
     return "\n".join(lines)
 
 
