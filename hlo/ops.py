@@ -79,6 +79,7 @@ class Op(enum.Enum):
     TAN = "tan"
     ATAN = "atan"
     ERF = "erf"
+    ERFC = "erfc"
     IS_FINITE = "is_finite"
     NOT = "not"
     INTEGER_POW = "integer_pow"
@@ -134,6 +135,7 @@ class Op(enum.Enum):
     GET_TUPLE_ELEMENT = "get_tuple_element"
     FUSION = "fusion"
     CALL = "call"
+    OPTIMIZATION_BARRIER = "optimization_barrier"
 
     def __str__(self) -> str:
         return self.value
@@ -227,6 +229,7 @@ OPS: dict[Op, OpInfo] = {
     Op.TAN: _unary("float", _f64(np.tan)),
     Op.ATAN: _unary("float", _f64(np.arctan)),
     Op.ERF: _unary("float", _f64(R.erf)),
+    Op.ERFC: _unary("float", _f64(R.erfc)),
     Op.IS_FINITE: _unary("float", _native(np.isfinite), DType.PRED),
     Op.NOT: _unary("int_or_pred", R.not_),
     Op.INTEGER_POW: OpInfo(1, E, S.integer_pow, R.integer_pow, (_int("y"),)),
@@ -302,6 +305,8 @@ OPS: dict[Op, OpInfo] = {
         result_given=True,
     ),
     Op.CALL: OpInfo(None, OPQ, S.called, None, (AttrSpec("calls", AttrKind.NAME),), result_given=True),
+    # Values pass through unchanged, but nothing is fused or moved across it.
+    Op.OPTIMIZATION_BARRIER: OpInfo(None, OPQ, S.tuple_, R.tuple_, min_arity=1),
 }
 
 OPS_BY_NAME: dict[str, Op] = {op.value: op for op in Op}

@@ -71,6 +71,13 @@ def erf(x):
     return _erf(x).astype(F64)
 
 
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def erfc(x):
+    return _erfc(x).astype(F64)
+
+
 def logistic(x):
     return 1.0 / (1.0 + np.exp(-x))
 

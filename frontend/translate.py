@@ -1,0 +1,177 @@
+"""Jaxpr -> `hlo.Module`: walks the equations of a closed jaxpr, looks each primitive up in the
+rule table (`rules.py`), and keeps every equation's user source line on what it produces.
+
+Calls (`jit`, `closed_call`, `custom_jvp_call`, `custom_vjp_call`, `remat`, ...) are inlined.
+May import xfuse.hlo and jax.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from jax._src import source_info_util
+from jax.extend import core as jcore
+
+from xfuse.hlo import Builder, DType, Instruction, Loc, Module, Op, Shape
+
+
+class FrontendError(Exception):
+    """A JAX program xfuse cannot translate; names the primitive and the user's source line."""
+
+
+class UnsupportedPrimitiveError(FrontendError):
+    """A JAX primitive with no rule in the table."""
+
+    def __init__(self, primitive: str, params: dict, loc: Loc | None) -> None:
+        self.primitive = primitive
+        self.params = params
+        self.loc = loc
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in params.items())
+        where = f" at {loc}" if loc else ""
+        super().__init__(
+            f"xfuse has no rule for the JAX primitive '{primitive}'{where}; params: {{{shown}}}"
+        )
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shape_of_aval(aval, where: str = "") -> Shape:
+    """The xfuse Shape of a jax abstract value; FrontendError for dtypes xfuse lacks."""
+    try:
+        dtype = DType.from_numpy(aval.dtype)
+    except TypeError:
+        raise FrontendError(f"xfuse does not support the dtype {aval.dtype}{where}") from None
+    return Shape(dtype, tuple(int(d) for d in aval.shape))
+
+
+def loc_of(eqn) -> Loc | None:
+    """The innermost user frame of an equation: file (relative to the cwd when inside it)."""
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    if frame is None:
+        return None
+    path = frame.file_name
+    try:
+        relative = os.path.relpath(path)
+        if not relative.startswith(".."):
+            path = relative
+    except ValueError:  # a different drive
+        pass
+    return Loc(path, int(frame.start_line), frame.function_name)
+
+
+Rule = Callable[["Context", dict, list[Instruction]], "Instruction | Sequence[Instruction]"]
+
+
+class Context:
+    """What a rule sees: the builder, the equation's location and output types, and helpers."""
+
+    def __init__(self, builder: Builder, rules: dict[str, Rule]) -> None:
+        self.b = builder
+        self.rules = rules
+        self.loc: Loc | None = None
+        self.out_shapes: list[Shape] = []
+        self.primitive = ""
+
+    # ------------------------------------------------------------------ helpers for rules
+    @property
+    def out(self) -> Shape:
+        """The (first) output type of the equation being translated."""
+        return self.out_shapes[0]
+
+    def emit(self, op: Op, *operands: Instruction, **kw: object) -> Instruction:
+        return self.b.emit(op, *operands, loc=self.loc, **kw)
+
+    def constant(self, value: object, dtype: DType) -> Instruction:
+        saved = self.b.loc
+        self.b.loc = self.loc
+        try:
+            return self.b.constant(np.asarray(value, dtype=dtype.numpy), dtype)
+        finally:
+            self.b.loc = saved
+
+    def broadcast_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
+        """`x` broadcast to `dims` numpy-style (lax ops broadcast rank-0 and size-1 operands)."""
+        shape = x.array_shape
+        if shape.dims == dims:
+            return x
+        offset = len(dims) - shape.rank
+        mapping = tuple(range(offset, len(dims)))
+        return self.emit(Op.BROADCAST_IN_DIM, x, shape=Shape(shape.dtype, dims), dims=mapping)
+
+    def convert(self, x: Instruction, dtype: DType) -> Instruction:
+        if x.array_shape.dtype == dtype:
+            return x
+        return self.emit(Op.CONVERT_ELEMENT_TYPE, x, dtype=dtype)
+
+    # ------------------------------------------------------------------ jaxprs
+    def value_of(self, env: dict, var) -> Instruction:
+        if isinstance(var, jcore.Literal):
+            shape = shape_of_aval(var.aval, f" (a literal) at {self.loc}")
+            return self.constant(var.val, shape.dtype)
+        return env[var]
+
+    def inline(self, jaxpr, consts: Sequence[object], operands: Sequence[Instruction]) -> list[Instruction]:
+        """Translates `jaxpr` with its invars bound to `operands`; returns its outputs."""
+        env: dict = {}
+        saved = self.loc
+        for var, const in zip(jaxpr.constvars, consts):
+            shape = shape_of_aval(var.aval, " (a captured constant)")
+            env[var] = self.constant(np.asarray(const), shape.dtype)
+        if len(jaxpr.invars) != len(operands):
+            raise FrontendError(
+                f"a call passes {len(operands)} operands to a jaxpr of {len(jaxpr.invars)} inputs"
+            )
+        env.update(zip(jaxpr.invars, operands))
+        for eqn in jaxpr.eqns:
+            self.equation(env, eqn)
+        outputs = [self.value_of(env, v) for v in jaxpr.outvars]
+        self.loc = saved
+        return outputs
+
+    def equation(self, env: dict, eqn) -> None:
+        name = eqn.primitive.name
+        self.loc = loc_of(eqn)
+        self.primitive = name
+        rule = self.rules.get(name)
+        if rule is None:
+            raise UnsupportedPrimitiveError(name, dict(eqn.params), self.loc)
+        where = f" of '{name}' at {self.loc}" if self.loc else f" of '{name}'"
+        out_shapes = [shape_of_aval(v.aval, where) for v in eqn.outvars]
+        self.out_shapes = out_shapes
+        loc = self.loc
+        operands = [self.value_of(env, v) for v in eqn.invars]
+        results = rule(self, dict(eqn.params), operands)
+        self.loc, self.primitive = loc, name  # an inlined call translated other equations
+        results = [results] if isinstance(results, Instruction) else list(results)
+        if len(results) != len(eqn.outvars):
+            raise FrontendError(f"the rule for '{name}' gave {len(results)} results, expected {len(eqn.outvars)}")
+        for var, result, want in zip(eqn.outvars, results, out_shapes):
+            if result.shape != want:
+                raise FrontendError(
+                    f"the rule for '{name}' at {self.loc} produced {result.shape}, JAX expects {want}"
+                )
+            if not isinstance(var, jcore.DropVar):
+                env[var] = result
+
+
+def jaxpr_to_module(
+    closed_jaxpr,
+    name: str,
+    param_names: Sequence[str],
+    rules: dict[str, Rule],
+) -> Module:
+    """The module of a closed jaxpr: one parameter per input, a tuple root unless one output."""
+    builder = Builder("main")
+    params = [
+        builder.parameter(shape_of_aval(v.aval, f" (input {n})"), name=n)
+        for v, n in zip(closed_jaxpr.jaxpr.invars, param_names)
+    ]
+    ctx = Context(builder, rules)
+    outputs = ctx.inline(closed_jaxpr.jaxpr, closed_jaxpr.consts, params)
+    root = outputs[0] if len(outputs) == 1 else builder.emit(Op.TUPLE, *outputs)
+    return Module.of(builder.build(root), name=name)

@@ -1,0 +1,112 @@
+"""`xfuse.jit`: trace a JAX function into HLO, compile once per abstract signature, run.
+
+The signature is the pytree structure, each leaf's shape, dtype and weak type, and the static
+arguments' values; a second call with the same signature neither retraces nor recompiles.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterable
+
+from . import frontend_bridge as bridge
+from . import signature as sig
+from .compiler import check_backend
+from .stages import CallInfo, Compiled, Lowered
+
+
+def _as_tuple(value: int | str | Iterable, option: str, kind: type) -> tuple:
+    items = (value,) if isinstance(value, (int, str)) else tuple(value)
+    for item in items:
+        if not isinstance(item, kind) or isinstance(item, bool):
+            raise ValueError(f"{option} must hold {kind.__name__}s, got {item!r}")
+    return items
+
+
+class Jitted:
+    """A function compiled by xfuse on first call for each signature."""
+
+    def __init__(
+        self,
+        fun: Callable,
+        static_argnums: int | Iterable[int] = (),
+        static_argnames: str | Iterable[str] = (),
+        backend: str | None = None,
+    ) -> None:
+        if not callable(fun):
+            raise TypeError(f"xfuse.jit expects a function, got {type(fun).__name__}")
+        self.fun = fun
+        self.backend = check_backend(backend)
+        self.splitter = sig.ArgumentSplitter(
+            fun,
+            _as_tuple(static_argnums, "static_argnums", int),
+            _as_tuple(static_argnames, "static_argnames", str),
+        )
+        self._cache: dict[tuple, Compiled] = {}
+        self._lock = threading.Lock()
+        self._compiling: dict[tuple, threading.Lock] = {}
+        functools.update_wrapper(self, fun)
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        key, arrays = self._key_and_arrays(args, kwargs)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._compile_once(key, args, kwargs)
+        return compiled.call_flat(arrays)
+
+    def _key_and_arrays(self, args: tuple, kwargs: dict):
+        dynamic_args, dynamic_kwargs, static = self.splitter.split(args, kwargs)
+        names = self.splitter.dynamic_names(len(args))
+        leaves, paths, treedef = sig.leaf_paths(dynamic_args, dynamic_kwargs, names)
+        specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
+        key = (treedef, tuple((s.shape, s.weak) for s in specs), static)
+        arrays = [sig.to_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
+        return key, arrays
+
+    def _compile_once(self, key: tuple, args: tuple, kwargs: dict) -> Compiled:
+        """Compiles for `key`; threads racing on the same key wait for one compile."""
+        with self._lock:
+            gate = self._compiling.setdefault(key, threading.Lock())
+        with gate:
+            compiled = self._cache.get(key)
+            if compiled is None:
+                compiled = self.lower(*args, **kwargs).compile()
+                self._cache[key] = compiled
+        return compiled
+
+    # ------------------------------------------------------------------ stages
+    def lower(self, *args: object, **kwargs: object) -> Lowered:
+        """Traces for these arguments' signature; `.as_text()` is the HLO before optimisation."""
+        dynamic_args, dynamic_kwargs, static = self.splitter.split(args, kwargs)
+        names = self.splitter.dynamic_names(len(args))
+        leaves, paths, treedef = sig.leaf_paths(dynamic_args, dynamic_kwargs, names)
+        specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
+        info = CallInfo(treedef, specs, static, self.splitter)
+        module, out_tree = bridge.trace_call(self.fun, info)
+        return Lowered(module, info, out_tree, self.backend)
+
+    def _cache_size(self) -> int:
+        return len(self._cache)
+
+    def __repr__(self) -> str:
+        return f"<xfuse.jit {getattr(self.fun, '__name__', self.fun)!r}>"
+
+
+def jit(
+    fun: Callable | None = None,
+    *,
+    static_argnums: int | Iterable[int] = (),
+    static_argnames: str | Iterable[str] = (),
+    backend: str | None = None,
+) -> Jitted | Callable[[Callable], Jitted]:
+    """Compiles `fun` with xfuse; usable as `@xfuse.jit` or `@xfuse.jit(static_argnums=...)`."""
+    if fun is None:
+        return functools.partial(
+            jit, static_argnums=static_argnums, static_argnames=static_argnames, backend=backend
+        )
+    return Jitted(fun, static_argnums, static_argnames, backend)
+
+
+__all__ = ["Jitted", "jit"]

@@ -1,0 +1,89 @@
+"""The stages of a jitted function, as in `jax.stages`: `Lowered` (the HLO straight from the
+frontend, before optimisation) and `Compiled` (the optimised module and its executable).
+
+Outputs of the CPU backends are numpy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from xfuse.hlo import Module
+
+from . import signature as sig
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """What a compiled function expects: the pytree of dynamic arguments and each leaf's type."""
+
+    in_tree: object
+    leaves: tuple[sig.LeafSpec, ...]
+    static: tuple
+    splitter: sig.ArgumentSplitter
+
+
+class Lowered:
+    """A traced function: `as_text()` is its HLO before optimisation, with source lines."""
+
+    def __init__(self, module: Module, info: CallInfo, out_tree: object, backend: str) -> None:
+        self.module = module
+        self.info = info
+        self.out_tree = out_tree
+        self.backend = backend
+
+    def as_text(self) -> str:
+        return str(self.module)
+
+    def __repr__(self) -> str:
+        return f"<xfuse.Lowered {self.module.name} on {self.backend}>"
+
+    def compile(self) -> Compiled:
+        from .compiler import compile_module
+
+        optimized, executable = compile_module(self.module, self.backend)
+        return Compiled(self, optimized, executable)
+
+
+class Compiled:
+    """An executable for one signature: call it with the dynamic arguments of that signature."""
+
+    def __init__(self, lowered: Lowered, module: Module, executable: Callable) -> None:
+        self.lowered = lowered
+        self.module = module
+        self.executable = executable
+
+    def as_text(self) -> str:
+        """The optimised module."""
+        return str(self.module)
+
+    def __repr__(self) -> str:
+        return f"<xfuse.Compiled {self.module.name} on {self.lowered.backend}>"
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        info = self.lowered.info
+        names = info.splitter.dynamic_names(len(args) + len(info.splitter.static_argnums))
+        leaves, paths, treedef = sig.leaf_paths(args, kwargs, names)
+        if treedef != info.in_tree:
+            raise TypeError(
+                f"{self.module.name}: the arguments' structure {treedef} does not match the "
+                f"compiled signature {info.in_tree}"
+            )
+        arrays = []
+        for leaf, path, spec in zip(leaves, paths, info.leaves):
+            given = sig.abstractify(leaf, path)
+            if given.shape != spec.shape:
+                raise TypeError(
+                    f"{self.module.name}: argument {path} should be {spec.shape}, got {given.shape}"
+                )
+            arrays.append(sig.to_array(leaf, spec))
+        return self.call_flat(arrays)
+
+    def call_flat(self, arrays: Sequence[np.ndarray]) -> object:
+        """Runs on already checked, canonical arrays; returns the output pytree."""
+        outputs = self.executable(arrays)
+        return jax.tree_util.tree_unflatten(self.lowered.out_tree, outputs)
