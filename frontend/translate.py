@@ -128,14 +128,16 @@ class Context:
             )
         env.update(zip(jaxpr.invars, operands))
         for eqn in jaxpr.eqns:
-            self.equation(env, eqn)
+            self.equation(env, eqn, default_loc=saved)
         outputs = [self.value_of(env, v) for v in jaxpr.outvars]
         self.loc = saved
         return outputs
 
-    def equation(self, env: dict, eqn) -> None:
+    def equation(self, env: dict, eqn, default_loc: Loc | None = None) -> None:
+        """Translates one equation; one with no user frame of its own (the body of a library
+        function jax traced once and cached) takes the location of the call it is inlined in."""
         name = eqn.primitive.name
-        self.loc = loc_of(eqn)
+        self.loc = loc_of(eqn) or default_loc
         self.primitive = name
         rule = self.rules.get(name)
         if rule is None:

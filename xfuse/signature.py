@@ -45,6 +45,8 @@ def abstractify(leaf: object, path: str) -> LeafSpec:
         if isinstance(leaf, int) and not np.iinfo(dtype).min <= leaf <= np.iinfo(dtype).max:
             raise OverflowError(f"argument {path}: Python int {leaf} does not fit in {dtype}")
         return LeafSpec(path, Shape(DType.from_numpy(dtype), ()), True)
+    if isinstance(leaf, (str, bytes)):
+        raise TypeError(f"argument {path}: {type(leaf).__name__} is not an array")
     if isinstance(leaf, complex):
         raise TypeError(f"argument {path}: complex numbers are not supported by xfuse")
     dtype = getattr(leaf, "dtype", None)
