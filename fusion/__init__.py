@@ -1,4 +1,38 @@
 """xfuse.fusion: the pass manager, simplification and fusion passes, cost model, fusion report.
 
-May import xfuse.hlo and networkx.
+`run_pipeline(module, parse_pipeline("simplify,cse,dce,fuse"))` optimises a module; the `fuse`
+pass keeps its `FusionReport`s. May import xfuse.hlo and networkx.
 """
+
+from .analysis import cost_analysis
+from .cost import DEFAULT_MACHINE, Machine
+from .fuse import Fuse, kernel_count
+from .pipeline import (
+    DEFAULT_PIPELINE,
+    REGISTRY,
+    PassError,
+    PassRecord,
+    PipelineResult,
+    parse_pipeline,
+    register,
+    run_pipeline,
+)
+from .report import DecisionInfo, FusionReport
+
+__all__ = [
+    "DEFAULT_MACHINE",
+    "DEFAULT_PIPELINE",
+    "DecisionInfo",
+    "Fuse",
+    "FusionReport",
+    "Machine",
+    "PassError",
+    "PassRecord",
+    "PipelineResult",
+    "REGISTRY",
+    "cost_analysis",
+    "kernel_count",
+    "parse_pipeline",
+    "register",
+    "run_pipeline",
+]

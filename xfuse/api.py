@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from . import frontend_bridge as bridge
 from . import signature as sig
-from .compiler import check_backend
+from .compiler import check_backend, check_passes
 from .stages import CallInfo, Compiled, Lowered
 
 
@@ -33,11 +33,13 @@ class Jitted:
         static_argnums: int | Iterable[int] = (),
         static_argnames: str | Iterable[str] = (),
         backend: str | None = None,
+        passes: str | Sequence | None = None,
     ) -> None:
         if not callable(fun):
             raise TypeError(f"xfuse.jit expects a function, got {type(fun).__name__}")
         self.fun = fun
         self.backend = check_backend(backend)
+        self.passes = check_passes(passes)
         self.splitter = sig.ArgumentSplitter(
             fun,
             _as_tuple(static_argnums, "static_argnums", int),
@@ -85,7 +87,7 @@ class Jitted:
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
         info = CallInfo(treedef, specs, static, self.splitter)
         module, out_tree = bridge.trace_call(self.fun, info)
-        return Lowered(module, info, out_tree, self.backend)
+        return Lowered(module, info, out_tree, self.backend, self.passes)
 
     def _cache_size(self) -> int:
         return len(self._cache)
@@ -100,13 +102,22 @@ def jit(
     static_argnums: int | Iterable[int] = (),
     static_argnames: str | Iterable[str] = (),
     backend: str | None = None,
+    passes: str | Sequence | None = None,
 ) -> Jitted | Callable[[Callable], Jitted]:
-    """Compiles `fun` with xfuse; usable as `@xfuse.jit` or `@xfuse.jit(static_argnums=...)`."""
+    """Compiles `fun` with xfuse; usable as `@xfuse.jit` or `@xfuse.jit(static_argnums=...)`.
+
+    `passes` names the optimisation pipeline ("simplify,cse,dce,fuse"; "none" turns
+    optimisation off) or gives pass objects.
+    """
     if fun is None:
         return functools.partial(
-            jit, static_argnums=static_argnums, static_argnames=static_argnames, backend=backend
+            jit,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            backend=backend,
+            passes=passes,
         )
-    return Jitted(fun, static_argnums, static_argnames, backend)
+    return Jitted(fun, static_argnums, static_argnames, backend, passes)
 
 
 __all__ = ["Jitted", "jit"]

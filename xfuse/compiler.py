@@ -1,11 +1,13 @@
-"""From a lowered module to an executable: verification, the optimisation pipeline and the
-chosen backend. The fusion pipeline plugs in here.
+"""From a lowered module to an executable: the optimisation pipeline (`passes=`), then the
+chosen backend. Keeps what the stages show: the pass history and the fusion report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from xfuse.fusion import Fuse, FusionReport, PassRecord, parse_pipeline, run_pipeline
 from xfuse.hlo import Module, verify
 
 BACKENDS = ("reference",)
@@ -21,10 +23,31 @@ def check_backend(name: str | None) -> str:
     return name
 
 
-def compile_module(module: Module, backend: str) -> tuple[Module, Callable]:
-    """(the optimised module, its executable) for `backend`."""
+def check_passes(passes: str | Sequence | None) -> str | Sequence | None:
+    """Validates `passes=` early, so a bad pipeline fails at `xfuse.jit`, naming the option."""
+    parse_pipeline(passes)
+    return passes
+
+
+@dataclass
+class CompileResult:
+    module: Module  # optimised
+    executable: Callable
+    history: list[PassRecord]
+    report: FusionReport
+
+
+def compile_module(module: Module, backend: str, passes: str | Sequence | None = None) -> CompileResult:
     verify(module)
-    optimized = module
+    pipeline = parse_pipeline(passes)
+    result = run_pipeline(module, pipeline)
+    optimized = result.module
+    reports = [r for p in pipeline if isinstance(p, Fuse) for r in p.reports]
+    report = reports[-1] if reports else FusionReport(module.name)
+    if not reports:
+        from xfuse.fusion import kernel_count
+
+        report.kernels = kernel_count(optimized)
     from xfuse.backends import reference
 
-    return optimized, reference.compile(optimized)
+    return CompileResult(optimized, reference.compile(optimized), result.history, report)

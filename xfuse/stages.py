@@ -6,12 +6,13 @@ Outputs of the CPU backends are numpy arrays.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
 import numpy as np
 
+from xfuse.fusion import FusionReport, cost_analysis
 from xfuse.hlo import Module
 
 from . import signature as sig
@@ -30,11 +31,14 @@ class CallInfo:
 class Lowered:
     """A traced function: `as_text()` is its HLO before optimisation, with source lines."""
 
-    def __init__(self, module: Module, info: CallInfo, out_tree: object, backend: str) -> None:
+    def __init__(
+        self, module: Module, info: CallInfo, out_tree: object, backend: str, passes=None
+    ) -> None:
         self.module = module
         self.info = info
         self.out_tree = out_tree
         self.backend = backend
+        self.passes = passes
 
     def as_text(self) -> str:
         return str(self.module)
@@ -45,21 +49,36 @@ class Lowered:
     def compile(self) -> Compiled:
         from .compiler import compile_module
 
-        optimized, executable = compile_module(self.module, self.backend)
-        return Compiled(self, optimized, executable)
+        return Compiled(self, compile_module(self.module, self.backend, self.passes))
 
 
 class Compiled:
     """An executable for one signature: call it with the dynamic arguments of that signature."""
 
-    def __init__(self, lowered: Lowered, module: Module, executable: Callable) -> None:
+    def __init__(self, lowered: Lowered, result) -> None:
         self.lowered = lowered
-        self.module = module
-        self.executable = executable
+        self.module = result.module
+        self.executable = result.executable
+        self._result = result
 
     def as_text(self) -> str:
         """The optimised module."""
         return str(self.module)
+
+    def fusion_report(self) -> FusionReport:
+        """Every fusion made and every candidate refused, with reasons (`str()` for text)."""
+        return self._result.report
+
+    def cost_analysis(self) -> dict:
+        """Flops and bytes accessed per kernel and in total."""
+        return cost_analysis(self.module)
+
+    def kernel_count(self) -> int:
+        return self._result.report.kernels
+
+    def pass_history(self) -> list:
+        """The module after each pass: `[PassRecord(name, changed, module), ...]`."""
+        return list(self._result.history)
 
     def __repr__(self) -> str:
         return f"<xfuse.Compiled {self.module.name} on {self.lowered.backend}>"

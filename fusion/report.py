@@ -1,0 +1,68 @@
+"""The fusion report: every fusion (kind, member ops, the user source lines they came from,
+bytes saved) and every candidate considered, taken or refused, with its reason; as text and
+as data. May import xfuse.hlo only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .outline import FusionInfo
+
+
+@dataclass
+class DecisionInfo:
+    producer: str
+    op: str
+    target: str  # the fusion (or instruction) the producer was or would have been fused into
+    fused: bool
+    reason: str
+    bytes_saved: int = 0
+
+
+@dataclass
+class FusionReport:
+    module: str
+    fusions: list[FusionInfo] = field(default_factory=list)
+    decisions: list[DecisionInfo] = field(default_factory=list)
+    kernels: int = 0  # fusions plus instructions that run as kernels of their own
+
+    def refused(self) -> list[DecisionInfo]:
+        return [d for d in self.decisions if not d.fused]
+
+    def as_dict(self) -> dict:
+        return {
+            "module": self.module,
+            "kernels": self.kernels,
+            "fusions": [asdict(f) for f in self.fusions],
+            "decisions": [asdict(d) for d in self.decisions],
+        }
+
+    def __str__(self) -> str:
+        lines = [f"Fusion report for {self.module}: {self.kernels} kernel(s), {len(self.fusions)} fusion(s)"]
+        for f in self.fusions:
+            ops = ", ".join(dict.fromkeys(f.ops))
+            lines.append("")
+            lines.append(f"{f.name}  kind={f.kind}  calls={f.computation}  ({len(f.members)} ops: {ops})")
+            lines.append(f"    outputs: {', '.join(f.outputs)}")
+            if f.locs:
+                lines.append(f"    from: {'; '.join(f.locs[:4])}{' ...' if len(f.locs) > 4 else ''}")
+            lines.append(f"    saves: {_bytes(f.bytes_saved)} of memory traffic")
+        if self.decisions:
+            lines.append("")
+            lines.append("Decisions:")
+            for d in self.decisions:
+                verdict = "fused  " if d.fused else "refused"
+                lines.append(f"  {verdict} {d.producer} ({d.op}) -> {d.target}: {d.reason}")
+        return "\n".join(lines)
+
+    def as_text(self) -> str:
+        return str(self)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
