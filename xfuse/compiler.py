@@ -10,8 +10,19 @@ from dataclasses import dataclass
 from xfuse.fusion import Fuse, FusionReport, PassRecord, parse_pipeline, run_pipeline
 from xfuse.hlo import Module, verify
 
-BACKENDS = ("reference",)
-DEFAULT_BACKEND = "reference"
+BACKENDS = ("numba", "reference")
+DEFAULT_BACKEND = "reference"  # numba once its math library lands
+
+
+def backend_compile(name: str) -> Callable:
+    """The backend's `compile(module) -> executable` (imported on first use)."""
+    if name == "numba":
+        from xfuse.backends.numba import compile_module as compile_numba
+
+        return compile_numba
+    from xfuse.backends import reference
+
+    return reference.compile
 
 
 def check_backend(name: str | None) -> str:
@@ -48,6 +59,5 @@ def compile_module(module: Module, backend: str, passes: str | Sequence | None =
         from xfuse.fusion import kernel_count
 
         report.kernels = kernel_count(optimized)
-    from xfuse.backends import reference
-
-    return CompileResult(optimized, reference.compile(optimized), result.history, report)
+    executable = backend_compile(backend)(optimized)
+    return CompileResult(optimized, executable, result.history, report)

@@ -73,6 +73,13 @@ class Compiled:
         """Flops and bytes accessed per kernel and in total."""
         return cost_analysis(self.module)
 
+    def kernel_source(self) -> str:
+        """The generated source of every kernel (numba backend), one after another."""
+        sources = getattr(self.executable, "kernel_sources", {}) or {}
+        if not sources:
+            return f"# the {self.lowered.backend} backend generates no kernel source\n"
+        return "\n".join(f"# ---- {name}\n{text}" for name, text in sources.items())
+
     def kernel_count(self) -> int:
         return self._result.report.kernels
 

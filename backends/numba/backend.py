@@ -1,0 +1,249 @@
+"""The numba backend: a fused module to a runtime `Executable`.
+
+Fusions become numba kernels; dots go to BLAS through numpy's matmul; an output fusion runs
+its dot a block of rows at a time and applies the epilogue kernel to each block while it is
+in cache. Reshapes and tuple elements are views. Any other instruction left unfused is
+compiled as a kernel of its own. f16 and bf16 values are computed in f32 inside kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from xfuse.hlo import Computation, DType, Instruction, Module, Op, Shape, TupleShape
+from xfuse.runtime import BufferSpec, Executable, Step
+
+from .compile import compile_kernel
+from .kernels import KernelSource, write_kernel
+
+NAME = "numba"
+BLOCK_BYTES = 512 * 1024  # an output fusion's dot result is produced in blocks of about this
+
+
+def compute_numpy(dtype: DType) -> np.dtype:
+    return np.dtype(np.float32) if dtype in (DType.F16, DType.BF16) else dtype.numpy
+
+
+# ---------------------------------------------------------------------------- dots
+def dot_plan(lhs: Shape, rhs: Shape, contracting, batch):
+    """Transposes that turn a dot_general into a batched matmul (B, M, K) @ (B, K, N)."""
+    (lc, rc), (lb, rb) = contracting, batch
+    lf = [i for i in range(lhs.rank) if i not in lc and i not in lb]
+    rf = [i for i in range(rhs.rank) if i not in rc and i not in rb]
+    size = lambda shape, axes: int(np.prod([shape.dims[a] for a in axes])) if axes else 1  # noqa: E731
+    b, m, k, n = size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
+    return (list(lb) + lf + list(lc), (b, m, k)), (list(rb) + list(rc) + rf, (b, k, n)), (b, m, n)
+
+
+def make_dot(lhs: Shape, rhs: Shape, contracting, batch, out_dtype: DType) -> Callable:
+    """dot(lhs, rhs, out) for arrays of these shapes (out: the result's dims, contiguous)."""
+    (lperm, lshape), (rperm, rshape), oshape = dot_plan(lhs, rhs, contracting, batch)
+    work = compute_numpy(out_dtype)
+
+    def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        a3 = np.transpose(a, lperm).reshape(lshape)
+        b3 = np.transpose(b, rperm).reshape(rshape)
+        if a3.dtype != work:
+            a3, b3 = a3.astype(work), b3.astype(work)
+        np.matmul(a3, b3, out=out.reshape(a3.shape[0], a3.shape[1], b3.shape[2]))
+
+    return dot
+
+
+def dot_step(inst: Instruction, comp: Computation, slots: dict, slot: int) -> Step:
+    lhs, rhs = (comp[o].array_shape for o in inst.operands)
+    fn = make_dot(lhs, rhs, inst.attr("contracting"), inst.attr("batch"), inst.shape.dtype)
+    work = compute_numpy(inst.shape.dtype)
+    target = inst.shape.dtype.numpy
+
+    def run(inputs, outputs):
+        if work == target:
+            fn(inputs[0], inputs[1], outputs[0])
+        else:
+            tmp = np.empty(inst.shape.dims, work)
+            fn(inputs[0], inputs[1], tmp)
+            outputs[0][...] = tmp.astype(target)
+
+    spec = BufferSpec(inst.shape.dims, target)
+    return Step(inst.name, "blas", run, tuple(slots[o] for o in inst.operands), (slot,), (spec,), "dot_general")
+
+
+# ---------------------------------------------------------------------------- kernels
+def kernel_runner(source: KernelSource, comp: Computation) -> Callable:
+    """run(inputs, outputs) for a loop or input kernel (no dot)."""
+    fn = compile_kernel(source)
+    prepare = [_preparer(comp[p].array_shape) for p in source.params]
+    finish = [_finisher(s) for s in source.outputs]
+
+    def run(inputs, outputs):
+        args = [f(a) for f, a in zip(prepare, inputs)]
+        outs = [f[0](o) for f, o in zip(finish, outputs)]
+        fn(*args, *outs)
+        for f, o, tmp in zip(finish, outputs, outs):
+            f[1](o, tmp)
+
+    run.dispatcher = fn
+    return run
+
+
+def _preparer(shape: Shape) -> Callable:
+    convert = shape.dtype in (DType.F16, DType.BF16)
+    scalar = shape.rank == 0
+    if not convert and not scalar:
+        return lambda a: a
+    return lambda a: (a.astype(np.float32) if convert else a).reshape(-1) if scalar else a.astype(np.float32)
+
+
+def _finisher(shape: Shape) -> tuple[Callable, Callable]:
+    """(the buffer the kernel writes, copy it into the real output)."""
+    convert = shape.dtype in (DType.F16, DType.BF16)
+    if convert:
+        return (lambda o: np.empty(o.shape, np.float32).reshape(-1) if o.ndim == 0 else np.empty(o.shape, np.float32),
+                lambda o, tmp: o.__setitem__(Ellipsis, tmp.reshape(o.shape).astype(o.dtype)))
+    if shape.rank == 0:
+        return (lambda o: o.reshape(-1), lambda o, tmp: None)
+    return (lambda o: o, lambda o, tmp: None)
+
+
+def output_runner(source: KernelSource, comp: Computation) -> Callable:
+    """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue."""
+    fn = compile_kernel(source)
+    dot = source.dot
+    lhs, rhs = (comp[o].array_shape for o in dot.operands)
+    li, ri = (source.params.index(o) for o in dot.operands)
+    contracting, batch = dot.attr("contracting"), dot.attr("batch")
+    dims = dot.array_shape.dims
+    prepare = [_preparer(comp[p].array_shape) for p in source.params]
+    finish = [_finisher(s) for s in source.outputs]
+    work = compute_numpy(dot.shape.dtype)
+    row_bytes = max(1, int(np.prod(dims[1:])) * work.itemsize) if dims else 1
+    rows = dims[0] if dims else 1
+    block = rows if not source.row_blocked else max(1, min(rows, BLOCK_BYTES // row_bytes))
+    (lb, rb) = batch
+    lhs_axis = lb[0] if lb else next(i for i in range(lhs.rank) if i not in contracting[0])
+    full_dot = make_dot(lhs, rhs, contracting, batch, dot.shape.dtype)
+
+    def run(inputs, outputs):
+        args = [f(a) for f, a in zip(prepare, inputs)]
+        outs = [f[0](o) for f, o in zip(finish, outputs)]
+        a, b = inputs[li], inputs[ri]
+        if block >= rows:
+            buf = np.empty(dims, work)
+            full_dot(a, b, buf)
+            fn(0, rows, buf.reshape(-1) if not dims else buf, *args, *outs)
+        else:
+            buf = np.empty((block,) + tuple(dims[1:]), work)
+            for start in range(0, rows, block):
+                end = min(rows, start + block)
+                a_rows = _rows(a, lhs_axis, start, end)
+                b_rows = _rows(b, rb[0], start, end) if lb else b
+                part = buf[: end - start]
+                _block_dot(a_rows, b_rows, part, lhs, rhs, contracting, batch, work)
+                fn(start, end, part, *args, *outs)
+        for f, o, tmp in zip(finish, outputs, outs):
+            f[1](o, tmp)
+
+    run.dispatcher = fn
+    return run
+
+
+def _rows(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
+    index = [slice(None)] * array.ndim
+    index[axis] = slice(start, end)
+    return array[tuple(index)]
+
+
+def _block_dot(a, b, out, lhs, rhs, contracting, batch, work) -> None:
+    (lperm, _), (rperm, _), _ = dot_plan(lhs, rhs, contracting, batch)
+    (lc, rc), (lb, _) = contracting, batch
+    a_t = np.transpose(a, lperm)
+    b_t = np.transpose(b, rperm)
+    nb = len(lb)
+    lf = a.ndim - len(lc) - nb
+    bsize = int(np.prod(a_t.shape[:nb])) if nb else 1
+    m = int(np.prod(a_t.shape[nb : nb + lf])) if lf else 1
+    k = int(np.prod(a_t.shape[nb + lf :])) if len(lc) else 1
+    n = int(np.prod(b_t.shape[nb + len(rc) :])) if b_t.ndim > nb + len(rc) else 1
+    a3 = a_t.reshape(bsize, m, k)
+    b3 = b_t.reshape(bsize, k, n)
+    if a3.dtype != work:
+        a3, b3 = a3.astype(work), b3.astype(work)
+    np.matmul(a3, b3, out=out.reshape(bsize, m, n))
+
+
+# ---------------------------------------------------------------------------- module
+def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
+    """A one-instruction computation, so an unfused op compiles like a fusion."""
+    params = []
+    names = {}
+    for i, o in enumerate(dict.fromkeys(inst.operands)):
+        names[o] = f"p{i}"
+        params.append(Instruction(f"p{i}", Op.PARAMETER, comp[o].shape, (), (("index", i),)))
+    body = inst.replace(name="single", operands=tuple(names[o] for o in inst.operands))
+    return Computation(f"single_{inst.op.value}", (*params, body), "single")
+
+
+def kernel_name(name: str) -> str:
+    return "k_" + "".join(c if c.isalnum() else "_" for c in name)
+
+
+def compile_module(module: Module) -> Executable:
+    entry = module.entry_computation
+    slots: dict[str, int] = {}
+    steps: list[Step] = []
+    constants: dict[int, np.ndarray] = {}
+    sources: dict[str, str] = {}
+    params = []
+    for p in entry.parameters:
+        slots[p.name] = len(slots)
+        params.append(slots[p.name])
+    for inst in entry.instructions:
+        if inst.op is Op.PARAMETER:
+            continue
+        slot = slots[inst.name] = len(slots)
+        inputs = tuple(slots[o] for o in inst.operands)
+        if inst.op is Op.CONSTANT:
+            constants[slot] = np.array(inst.attr("value").array)
+        elif inst.op in (Op.TUPLE, Op.OPTIMIZATION_BARRIER):
+            steps.append(Step(inst.name, "alias", lambda xs: [tuple(xs)], inputs, (slot,)))
+        elif inst.op is Op.GET_TUPLE_ELEMENT:
+            i = inst.attr("index")
+            steps.append(Step(inst.name, "alias", lambda xs, i=i: [xs[0][i]], inputs, (slot,)))
+        elif inst.op is Op.RESHAPE:
+            dims = inst.shape.dims
+            steps.append(Step(inst.name, "alias", lambda xs, d=dims: [xs[0].reshape(d)], inputs, (slot,)))
+        elif inst.op is Op.DOT_GENERAL:
+            steps.append(dot_step(inst, entry, slots, slot))
+        else:
+            steps.append(kernel_step(module, entry, inst, inputs, slot, sources))
+    results = _results(entry, slots)
+    return Executable(params, results, steps, constants, len(slots), sources)
+
+
+def kernel_step(module: Module, entry: Computation, inst: Instruction, inputs, slot, sources) -> Step:
+    if inst.op is Op.FUSION:
+        body = module[inst.attr("calls")]
+        kind = inst.attr("kind")
+        label = f"{kind} fusion {body.name}"
+    elif inst.op is Op.CALL:
+        raise NotImplementedError(f"{inst.name}: the numba backend does not run call yet")
+    else:
+        body = single_op_computation(inst, entry)
+        inputs = tuple(dict.fromkeys(inputs))
+        kind = "loop"
+        label = str(inst.op)
+    source = write_kernel(body, kernel_name(inst.name), kind)
+    runner = output_runner(source, body) if source.dot is not None else kernel_runner(source, body)
+    shapes = list(inst.shape.elements) if isinstance(inst.shape, TupleShape) else [inst.shape]
+    specs = tuple(BufferSpec(s.dims, s.dtype.numpy) for s in shapes)
+    sources[inst.name] = source.source
+    return Step(inst.name, "kernel", runner, inputs, (slot,), specs, label)
+
+
+def _results(entry: Computation, slots: dict[str, int]) -> list[int]:
+    root = entry.root_instruction
+    if root.op is Op.TUPLE:
+        return [slots[o] for o in root.operands]
+    return [slots[root.name]]

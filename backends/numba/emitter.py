@@ -1,0 +1,444 @@
+"""The elemental emitter: Python source for the value of any member of a fused computation at
+an index, as XLA's elemental IR emitter does for LLVM IR.
+
+An index is one `Ix` per dimension: its text and the loop variables it uses. Each computed
+value becomes one statement, placed at the loop level of the deepest variable it depends on,
+so values that do not change along inner loops are computed outside them (hoisted), and a
+value needed twice at the same index is computed once. The op -> code table is `UNARY`,
+`BINARY` and the methods below; every op result is cast back to its dtype, so integer
+arithmetic wraps as in XLA. f16 and bf16 are computed in f32 (the runtime converts at the
+kernel boundary, as XLA:CPU does inside its fusions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xfuse.hlo import Computation, DType, Instruction, Op, Shape
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An expression (an index or a value) and the loop variables it depends on."""
+
+    text: str
+    deps: frozenset = frozenset()
+
+
+def const(text: str) -> Ix:
+    return Ix(text)
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """The type a kernel computes a dtype in: f16 and bf16 in f32."""
+    return DType.F32 if dtype in (DType.F16, DType.BF16) else dtype
+
+
+def np_name(dtype: DType) -> str:
+    return "np.bool_" if dtype is DType.PRED else f"np.{compute_dtype(dtype).numpy.name}"
+
+
+def literal(value: object, dtype: DType) -> str:
+    """A scalar of `dtype` as typed source text."""
+    dtype = compute_dtype(dtype)
+    if dtype.is_pred:
+        return "True" if bool(value) else "False"
+    if dtype.is_integer:
+        return f"{np_name(dtype)}({int(value)})"
+    x = float(value)
+    if x != x:
+        return f"{np_name(dtype)}(np.nan)"
+    if x in (float("inf"), float("-inf")):
+        return f"{np_name(dtype)}({'-' if x < 0 else ''}np.inf)"
+    return f"{np_name(dtype)}({x!r})"
+
+
+UNARY_FLOAT_LIB = {
+    Op.EXP: "exp", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p",
+    Op.TANH: "tanh", Op.LOGISTIC: "logistic", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
+    Op.ATAN: "atan", Op.ERF: "erf", Op.ERFC: "erfc", Op.CBRT: "cbrt",
+}  # fmt: skip
+
+COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
+BITS = {Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
+
+
+@dataclass
+class Emitter:
+    """Emits the members of `comp` into statements grouped by loop level.
+
+    `params` maps each parameter instruction to a function from an index to a load
+    expression; `level_of` maps loop variables to their level (deeper is larger), and
+    `helpers` collects the helper functions a kernel needs (name -> source).
+    """
+
+    comp: Computation
+    loads: dict
+    level_of: dict[str, int]
+    math: str = "f32"  # which mathlib variant to call for f32 values
+    statements: dict[int, list[str]] = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)
+    helpers: dict[str, str] = field(default_factory=dict)
+    globals: dict[str, object] = field(default_factory=dict)
+    counter: int = 0
+    overrides: dict = field(default_factory=dict)  # member name -> fn(index) -> Ix
+
+    def level(self, deps: frozenset) -> int:
+        return max((self.level_of[d] for d in deps), default=0)
+
+    def emit(self, expr: str, deps: frozenset, hint: str = "v") -> Ix:
+        self.counter += 1
+        var = f"{hint}{self.counter}"
+        self.statements.setdefault(self.level(deps), []).append(f"{var} = {expr}")
+        return Ix(var, deps)
+
+    # ------------------------------------------------------------------ values
+    def value(self, name: str, index: tuple[Ix, ...]) -> Ix:
+        key = (name, tuple(i.text for i in index))
+        if key in self.memo:
+            return self.memo[key]
+        if name in self.overrides:
+            result = self.overrides[name](index)
+        else:
+            result = self.compute(self.comp[name], index)
+        self.memo[key] = result
+        return result
+
+    def compute(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        op = inst.op
+        if op is Op.PARAMETER:
+            return self.loads[inst.name](index)
+        if op is Op.CONSTANT:
+            return self.constant(inst, index)
+        if op is Op.IOTA:
+            i = index[inst.attr("dimension")]
+            return Ix(f"{np_name(inst.shape.dtype)}({i.text})", i.deps)
+        method = getattr(self, f"op_{op.value}", None)
+        if method is not None:
+            return method(inst, index)
+        if inst.info.kind.name == "ELEMENTWISE":
+            args = [self.value(o, index) for o in inst.operands]
+            return self.elementwise(inst, args)
+        raise NotImplementedError(f"the numba backend cannot emit {op} ({inst.name}, {inst.shape})")
+
+    def constant(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        lit = inst.attr("value")
+        if lit.is_splat():
+            value = lit.array.reshape(-1)[0] if lit.array.size else 0
+            return const(literal(value, lit.dtype))
+        name = f"const_{inst.name.replace('.', '_').replace('-', '_')}"
+        self.globals[name] = np.ascontiguousarray(lit.array.astype(compute_dtype(lit.dtype).numpy))
+        text = f"{name}[{', '.join(i.text for i in index)}]"
+        return Ix(text, frozenset().union(*(i.deps for i in index)))
+
+    # ------------------------------------------------------------------ elementwise
+    def elementwise(self, inst: Instruction, args: list[Ix]) -> Ix:
+        deps = frozenset().union(*(a.deps for a in args)) if args else frozenset()
+        expr = self.elementwise_expr(inst, [a.text for a in args])
+        return self.emit(expr, deps)
+
+    def elementwise_expr(self, inst: Instruction, a: list[str]) -> str:
+        op = inst.op
+        out = inst.shape.dtype
+        operand_dtype = self.comp[inst.operands[0]].shape.dtype if inst.operands else out
+        T = np_name(out)
+        cd = compute_dtype(operand_dtype)
+        if op in COMPARE:
+            return f"({a[0]} {COMPARE[op]} {a[1]})"
+        if op in ARITH:
+            if out.is_pred:
+                raise NotImplementedError(f"{op} of pred")
+            return f"{T}({a[0]} {ARITH[op]} {a[1]})"
+        if op in BITS:
+            return f"({a[0]} {BITS[op]} {a[1]})" if out.is_pred else f"{T}({a[0]} {BITS[op]} {a[1]})"
+        if op is Op.NEG:
+            return f"{T}(-{a[0]})"
+        if op is Op.ABS:
+            return f"{T}(abs({a[0]}))"
+        if op is Op.NOT:
+            return f"(not {a[0]})" if out.is_pred else f"{T}(~{a[0]})"
+        if op is Op.SIGN:
+            if cd.is_float:
+                one = literal(1, out)
+                return f"({one} if {a[0]} > 0 else ({T}(-1) if {a[0]} < 0 else {a[0]}))"
+            return f"{T}(({a[0]} > 0) - ({a[0]} < 0))" if cd.is_signed else f"{T}({a[0]} > 0)"
+        if op in (Op.FLOOR, Op.CEIL):
+            return f"{T}(np.{op.value}({a[0]}))"
+        if op is Op.ROUND:
+            if inst.attr("rounding_method") == "to_nearest_even":
+                return f"{T}(np.rint({a[0]}))"
+            return f"{T}(scalar.round_away({a[0]}))"
+        if op is Op.SQRT:
+            return f"{T}(np.sqrt({a[0]}))"
+        if op is Op.RSQRT:
+            return f"{T}({literal(1, out)} / np.sqrt({a[0]}))"
+        if op is Op.IS_FINITE:
+            return f"scalar.is_finite({a[0]})"
+        if op in UNARY_FLOAT_LIB:
+            return f"{T}(mathlib.{UNARY_FLOAT_LIB[op]}_{self.variant(cd)}({a[0]}))"
+        if op is Op.ATAN2:
+            return f"{T}(mathlib.atan2_{self.variant(cd)}({a[0]}, {a[1]}))"
+        if op is Op.POW:
+            y = a[1] if self.comp[inst.operands[1]].shape.dtype == operand_dtype else f"{T}({a[1]})"
+            return f"{T}(mathlib.pow_{self.variant(cd)}({a[0]}, {y}))"
+        if op in (Op.MAX, Op.MIN):
+            if out.is_pred:
+                return f"({a[0]} {'or' if op is Op.MAX else 'and'} {a[1]})"
+            kind = ("f" if cd.is_float else "i") + op.value
+            return f"{T}(scalar.{kind}({a[0]}, {a[1]}))"
+        if op is Op.DIV:
+            if cd.is_float:
+                return f"{T}({a[0]} / {a[1]})"
+            return f"{T}({self.int_helper('div', cd)}({a[0]}, {a[1]}))"
+        if op is Op.REM:
+            if cd.is_float:
+                return f"{T}(np.fmod({a[0]}, {a[1]}))"
+            return f"{T}({self.int_helper('rem', cd)}({a[0]}, {a[1]}))"
+        if op in (Op.SHIFT_LEFT, Op.SHIFT_RIGHT_LOGICAL, Op.SHIFT_RIGHT_ARITHMETIC):
+            return f"{T}({self.shift_helper(op, cd)}({a[0]}, {a[1]}))"
+        if op is Op.INTEGER_POW:
+            return self.integer_pow(a[0], int(inst.attr("y")), out)
+        if op is Op.SELECT_N:
+            which, *cases = a
+            if len(cases) == 1:
+                return cases[0]
+            if self.comp[inst.operands[0]].shape.dtype.is_pred:
+                return f"({cases[1]} if {which} else {cases[0]})"
+            expr = cases[-1]
+            for i in range(len(cases) - 2, -1, -1):
+                expr = f"({cases[i]} if {which} <= {i} else {expr})"
+            return expr
+        if op is Op.CLAMP:
+            kind = "f" if cd.is_float else "i"
+            return f"{T}(scalar.{kind}min(scalar.{kind}max({a[1]}, {a[0]}), {a[2]}))"
+        if op is Op.CONVERT_ELEMENT_TYPE:
+            return self.convert(a[0], operand_dtype, out)
+        raise NotImplementedError(f"the numba backend has no code for {op} ({inst.name})")
+
+    def variant(self, dtype: DType) -> str:
+        return "f64" if dtype is DType.F64 else "f32"
+
+    def integer_pow(self, x: str, y: int, out: DType) -> str:
+        """Binary exponentiation, as XLA expands integer_pow."""
+        T = np_name(out)
+        reciprocal, y = y < 0, abs(y)
+        acc, power = None, x
+        while y > 0:
+            if y & 1:
+                acc = power if acc is None else f"{T}({acc} * {power})"
+            y >>= 1
+            if y:
+                power = f"{T}({power} * {power})"
+        expr = acc if acc is not None else literal(1, out)
+        return f"{T}({literal(1, out)} / {expr})" if reciprocal else f"{T}({expr})"
+
+    def convert(self, x: str, source: DType, target: DType) -> str:
+        T = np_name(target)
+        if target.is_pred:
+            return f"({x} != 0)"
+        if source.is_pred:
+            return f"{T}(1 if {x} else 0)"
+        if target.is_integer and compute_dtype(source).is_float:
+            bits = target.bits
+            lo, hi = (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1)) if target.is_signed else (0.0, 2.0**bits)
+            info = np.iinfo(target.numpy)
+            inner = f"{T}(np.trunc({x}) if ({x} >= {lo!r}) & ({x} < {hi!r}) else 0.0)"
+            return f"({T}({info.min}) if {x} < {lo!r} else ({T}({info.max}) if {x} >= {hi!r} else {inner}))"
+        if target in (DType.F16, DType.BF16) and source not in (DType.F16, DType.BF16):
+            return self.round_to_half(x, target, source)
+        return f"{T}({x})"
+
+    def round_to_half(self, x: str, target: DType, source: DType) -> str:
+        """Rounds to f16/bf16 precision while staying in f32 (the value is stored in f32)."""
+        return f"scalar.round_{target.value}(np.float32({x}))"
+
+    def int_helper(self, kind: str, dtype: DType) -> str:
+        name = f"{kind}_{dtype.value}"
+        if name not in self.helpers:
+            self.helpers[name] = _int_div_source(kind, dtype)
+        return name
+
+    def shift_helper(self, op: Op, dtype: DType) -> str:
+        name = f"{op.value}_{dtype.value}"
+        if name not in self.helpers:
+            self.helpers[name] = _shift_source(op, dtype)
+        return name
+
+    # ------------------------------------------------------------------ data movement
+    def op_broadcast_in_dim(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        source = self.comp[inst.operands[0]].array_shape
+        mapped = tuple(
+            index[d] if source.dims[k] != 1 else const("0") for k, d in enumerate(inst.attr("dims"))
+        )
+        return self.value(inst.operands[0], mapped)
+
+    def op_reshape(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        source = self.comp[inst.operands[0]].array_shape
+        target = inst.array_shape
+        squeezed_out = [(i, d) for i, d in enumerate(target.dims) if d != 1]
+        squeezed_in = [(i, d) for i, d in enumerate(source.dims) if d != 1]
+        if [d for _, d in squeezed_out] == [d for _, d in squeezed_in]:  # only unit dims change
+            mapped = [const("0")] * source.rank
+            for (o, _), (s, _) in zip(squeezed_out, squeezed_in):
+                mapped[s] = index[o]
+            return self.value(inst.operands[0], tuple(mapped))
+        terms, deps = [], frozenset()
+        stride = 1
+        for i in range(target.rank - 1, -1, -1):
+            if target.dims[i] != 1:
+                terms.append(f"{index[i].text} * {stride}" if stride != 1 else index[i].text)
+                deps |= index[i].deps
+            stride *= target.dims[i]
+        linear = self.emit(" + ".join(reversed(terms)) or "0", deps, "lin")
+        mapped, stride = [], 1
+        strides = []
+        for d in reversed(source.dims):
+            strides.append(stride)
+            stride *= d
+        strides.reverse()
+        for d, s in zip(source.dims, strides):
+            mapped.append(Ix(f"(({linear.text} // {s}) % {d})" if d != 1 else "0", deps))
+        return self.value(inst.operands[0], tuple(mapped))
+
+    def op_transpose(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        perm = inst.attr("permutation")
+        mapped = [None] * len(perm)
+        for j, p in enumerate(perm):
+            mapped[p] = index[j]
+        return self.value(inst.operands[0], tuple(mapped))
+
+    def op_slice(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        mapped = []
+        for i, s, st in zip(index, inst.attr("start"), inst.attr("strides")):
+            text = i.text if st == 1 else f"{i.text} * {st}"
+            mapped.append(Ix(f"({text} + {s})" if s else text, i.deps))
+        return self.value(inst.operands[0], tuple(mapped))
+
+    def op_rev(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        dims = inst.array_shape.dims
+        mapped = [
+            Ix(f"({dims[k] - 1} - {i.text})", i.deps) if k in inst.attr("dimensions") else i
+            for k, i in enumerate(index)
+        ]
+        return self.value(inst.operands[0], tuple(mapped))
+
+    def op_concatenate(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        dim = inst.attr("dimension")
+        i = index[dim]
+        pieces, offset = [], 0  # (end offset, value) per non-empty operand
+        for o in inst.operands:
+            size = self.comp[o].array_shape.dims[dim]
+            if size == 0:
+                continue
+            local = Ix(f"min(max({i.text} - {offset}, 0), {size - 1})", i.deps)
+            value = self.value(o, index[:dim] + (local,) + index[dim + 1 :])
+            offset += size
+            pieces.append((offset, value))
+        expr = pieces[-1][1].text
+        for end, value in reversed(pieces[:-1]):
+            expr = f"({value.text} if {i.text} < {end} else {expr})"
+        deps = frozenset().union(*(i.deps for i in index), *(v.deps for _, v in pieces))
+        return self.emit(expr, deps)
+
+    def op_pad(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        x = self.comp[inst.operands[0]].array_shape
+        pad_value = self.value(inst.operands[1], ())
+        conditions, mapped = [], []
+        deps = frozenset().union(*(i.deps for i in index)) if index else frozenset()
+        for i, d, lo, it in zip(index, x.dims, inst.attr("low"), inst.attr("interior")):
+            t = f"({i.text} - {lo})" if lo else i.text
+            step = it + 1
+            if step == 1:
+                conditions.append(f"(({t}) >= 0) & (({t}) < {d})")
+                mapped.append(Ix(f"min(max({t}, 0), {max(d - 1, 0)})", i.deps))
+            else:
+                conditions.append(f"(({t}) >= 0) & (({t}) % {step} == 0) & (({t}) // {step} < {d})")
+                mapped.append(Ix(f"min(max(({t}) // {step}, 0), {max(d - 1, 0)})", i.deps))
+        if x.size == 0:
+            return pad_value
+        inner = self.value(inst.operands[0], tuple(mapped))
+        condition = " & ".join(conditions) or "True"
+        return self.emit(f"({inner.text} if {condition} else {pad_value.text})", deps | inner.deps | pad_value.deps)
+
+    def start_indices(self, inst: Instruction, operand_dims, sizes, first: int) -> list[Ix]:
+        starts = []
+        for k, (d, s) in enumerate(zip(operand_dims, sizes)):
+            i = self.value(inst.operands[first + k], ())
+            starts.append(self.emit(f"min(max(np.int64({i.text}), 0), {d - s})", i.deps, "start"))
+        return starts
+
+    def op_dynamic_slice(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        x = self.comp[inst.operands[0]].array_shape
+        starts = self.start_indices(inst, x.dims, inst.array_shape.dims, 1)
+        mapped = tuple(Ix(f"({i.text} + {s.text})", i.deps | s.deps) for i, s in zip(index, starts))
+        return self.value(inst.operands[0], mapped)
+
+    def op_dynamic_update_slice(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        x = self.comp[inst.operands[0]].array_shape
+        u = self.comp[inst.operands[1]].array_shape
+        starts = self.start_indices(inst, x.dims, u.dims, 2)
+        old = self.value(inst.operands[0], index)
+        if u.size == 0:
+            return old
+        inside, mapped = [], []
+        for i, s, n in zip(index, starts, u.dims):
+            inside.append(f"({i.text} >= {s.text}) & ({i.text} < {s.text} + {n})")
+            mapped.append(Ix(f"min(max({i.text} - {s.text}, 0), {n - 1})", i.deps | s.deps))
+        new = self.value(inst.operands[1], tuple(mapped))
+        deps = old.deps | new.deps
+        condition = " & ".join(inside) or "True"
+        return self.emit(f"({new.text} if {condition} else {old.text})", deps)
+
+
+def _int_div_source(kind: str, dtype: DType) -> str:
+    T = np_name(dtype)
+    if dtype.is_signed:
+        lo = -(2 ** (dtype.bits - 1))
+        guard = f"(y != 0) & ~((x == {T}({lo})) & (y == {T}(-1)))"
+        if kind == "div":
+            body = (
+                f"    safe = y if {guard} else {T}(1)\n"
+                "    q = x // safe\n"
+                "    r = x - q * safe\n"
+                f"    q = q + {T}(1) if (r != 0) & ((r < 0) != (x < 0)) else q\n"
+                f"    return q if y != 0 else {T}(-1)\n"
+            )
+        else:
+            body = (
+                f"    safe = y if {guard} else {T}(1)\n"
+                "    r = x - (x // safe) * safe\n"
+                "    r = r - safe if (r != 0) & ((r < 0) != (x < 0)) else r\n"
+                "    return r if y != 0 else x\n"
+            )
+    else:
+        ones = 2**dtype.bits - 1
+        if kind == "div":
+            body = f"    safe = y if y != 0 else {T}(1)\n    return x // safe if y != 0 else {T}({ones})\n"
+        else:
+            body = f"    safe = y if y != 0 else {T}(1)\n    return x % safe if y != 0 else x\n"
+    return f"@inline\ndef {kind}_{dtype.value}(x, y):\n{body}"
+
+
+def _shift_source(op: Op, dtype: DType) -> str:
+    bits = dtype.bits
+    U = f"np.uint{bits}"
+    S = f"np.int{bits}"
+    T = np_name(dtype)
+    name = f"{op.value}_{dtype.value}"
+    past = f"{U}(y) >= {U}({bits})"
+    if op is Op.SHIFT_LEFT:
+        body = f"    return {T}(0) if {past} else {T}({U}(x) << {U}(y))"
+    elif op is Op.SHIFT_RIGHT_LOGICAL:
+        body = f"    return {T}(0) if {past} else {T}({U}(x) >> {U}(y))"
+    else:
+        body = (
+            f"    amount = {U}({bits - 1}) if {past} else {U}(y)\n"
+            f"    return {T}({S}(x) >> {S}(amount))"
+        )
+    return f"@inline\ndef {name}(x, y):\n{body}\n"
+
+
+__all__ = ["Emitter", "Ix", "Shape", "compute_dtype", "const", "literal", "np_name"]

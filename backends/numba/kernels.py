@@ -1,0 +1,478 @@
+"""Kernel templates: a fused computation to the Python source of one numba kernel.
+
+- loop: one loop nest over the output shape (flattened to one loop when every access is the
+  identity or a scalar), outputs stored at the innermost level.
+- input: a loop nest over the kept dimensions K, and inside it, per row, one pass per phase
+  of reductions (independent reductions share a pass), then a pass storing the row outputs.
+- output: the dot's result arrives as a block of rows computed by BLAS; the epilogue is a loop
+  or input kernel over the rows [row_start, row_end).
+
+The outermost loop is a `prange` when the kernel does enough work; otherwise the kernel is
+serial, so small calls pay no thread start-up. Destination passing: kernels write into the
+output arrays they are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xfuse.hlo import Computation, Instruction, Kind, Op, Shape, TupleShape
+
+from .emitter import Emitter, Ix, compute_dtype, literal, np_name
+
+PARALLEL_MIN_ELEMENTS = 1 << 15
+LANES = 8  # accumulators of a vectorised row reduction
+LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
+
+
+@dataclass
+class KernelSource:
+    name: str
+    source: str
+    globals: dict
+    params: list[str]  # the fused computation's parameters, in order
+    outputs: list[Shape]
+    parallel: bool
+    kind: str
+    dot: Instruction | None = None  # output fusions: the dot BLAS computes
+    row_blocked: bool = False
+    flat: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def output_members(comp: Computation) -> list[str]:
+    root = comp.root_instruction
+    return list(root.operands) if root.op is Op.TUPLE else [root.name]
+
+
+def output_shapes(comp: Computation) -> list[Shape]:
+    shape = comp.result_shape
+    return list(shape.elements) if isinstance(shape, TupleShape) else [shape]
+
+
+def reduction_space(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    for inst in comp.instructions:
+        if inst.info.kind is Kind.REDUCTION:
+            axes = (inst.attr("axis"),) if inst.op in (Op.ARGMAX, Op.ARGMIN) else inst.attr("axes")
+            return comp[inst.operands[0]].array_shape.dims, tuple(sorted(axes))
+    return None
+
+
+def flattenable(comp: Computation, dims: tuple[int, ...]) -> bool:
+    """True when every member is elementwise over `dims` or a scalar broadcast into it."""
+    for inst in comp.instructions:
+        if inst.op in (Op.PARAMETER, Op.TUPLE):
+            continue
+        shape = inst.shape
+        if not isinstance(shape, Shape):
+            return False
+        if inst.op is Op.CONSTANT:
+            if shape.dims not in ((), dims) or not inst.attr("value").is_splat():
+                return False
+            continue
+        if inst.op is Op.BROADCAST_IN_DIM:
+            if comp[inst.operands[0]].array_shape.rank != 0:
+                return False
+            continue
+        if inst.info.kind is not Kind.ELEMENTWISE or shape.dims not in ((), dims):
+            return False
+        if any(comp[o].array_shape.dims not in ((), dims) for o in inst.operands):
+            return False
+    return all(p.array_shape.dims in ((), dims) for p in comp.parameters)
+
+
+def index_text(index: tuple[Ix, ...]) -> str:
+    return ", ".join(i.text for i in index) if index else "0"
+
+
+class Writer:
+    """Builds one kernel: its loops, the emitter filling them, and the final source."""
+
+    def __init__(self, comp: Computation, name: str, kind: str) -> None:
+        self.comp = comp
+        self.name = name
+        self.kind = kind
+        self.level_of: dict[str, int] = {}
+        self.dot = next((i for i in comp.instructions if i.op is Op.DOT_GENERAL), None)
+        self.params = [p.name for p in comp.parameters]
+        self.outputs = output_members(comp)
+        self.out_shapes = output_shapes(comp)
+        loads = {p: self.loader(p) for p in self.params}
+        self.emitter = Emitter(comp, loads, self.level_of)
+        self.lines: list[str] = []
+        self.flat_dims: tuple[int, ...] | None = None
+
+    def loader(self, param: str):
+        rank = self.comp[param].array_shape.rank
+
+        def load(index: tuple[Ix, ...]) -> Ix:
+            if rank == 0:
+                return Ix(f"{param}[0]")
+            if self.flat_dims is not None:
+                return Ix(f"{param}[{index[0].text}]", index[0].deps)
+            deps = frozenset().union(*(i.deps for i in index))
+            array, rest = self.row_view(param, index, deps)
+            return Ix(f"{array}[{index_text(rest)}]", deps)
+
+        return load
+
+    def row_view(self, param: str, index: tuple[Ix, ...], deps: frozenset):
+        """(array, remaining index): the longest leading part of the index that is fixed in
+        the inner loops becomes a view taken outside them (`row = p0[k0]`), because numba
+        indexes a 1-D view much faster than a 2-D array."""
+        level = self.emitter.level(deps)
+        for cut in range(len(index) - 1, 0, -1):
+            prefix = index[:cut]
+            prefix_deps = frozenset().union(*(i.deps for i in prefix))
+            if prefix_deps and self.emitter.level(prefix_deps) < level:
+                key = ("view", param, tuple(i.text for i in prefix))
+                view = self.emitter.memo.get(key)
+                if view is None:
+                    view = self.emitter.emit(f"{param}[{index_text(prefix)}]", prefix_deps, "row")
+                    self.emitter.memo[key] = view
+                return view.text, index[cut:]
+        return param, index
+
+    # ------------------------------------------------------------------ rendering helpers
+    def statements(self, level: int, start: int = 0, end: int | None = None) -> list[str]:
+        return self.emitter.statements.get(level, [])[start:end]
+
+    def mark(self, level: int) -> int:
+        return len(self.emitter.statements.get(level, []))
+
+    def add(self, indent: int, text: str) -> None:
+        self.lines.append("    " * indent + text)
+
+    def store(self, k: int, index_str: str, value: Ix) -> str:
+        shape = self.out_shapes[k]
+        cast = value.text if shape.dtype.is_pred else f"{np_name(shape.dtype)}({value.text})"
+        return f"out{k}[{index_str}] = {cast}"
+
+    # ------------------------------------------------------------------ loop kernels
+    def loop(self, dims: tuple[int, ...], parallel: bool, row_range: bool = False) -> None:
+        """One loop nest over `dims`; every output stored at the innermost level."""
+        if not row_range and len(dims) > 1 and flattenable(self.comp, dims):
+            self.flat_dims = dims
+            size = 1
+            for d in dims:
+                size *= d
+            dims = (size,)
+        names = [f"i{k}" for k in range(len(dims))]
+        for level, n in enumerate(names, start=1):
+            self.level_of[n] = level
+        index = tuple(Ix(n, frozenset({n})) for n in names)
+        stores = []
+        for k, member in enumerate(self.outputs):
+            value = self.emitter.value(member, index)
+            stores.append(self.store(k, index_text(index), value))
+        self.render_nest(dims, names, parallel, row_range, stores)
+
+    def render_nest(self, dims, names, parallel, row_range, innermost: list[str]) -> None:
+        indent = 1
+        for s in self.statements(0):
+            self.add(indent, s)
+        for level, (n, d) in enumerate(zip(names, dims), start=1):
+            loop = "prange" if parallel and level == 1 else "range"
+            bounds = "row_start, row_end" if row_range and level == 1 else str(d)
+            self.add(indent, f"for {n} in {loop}({bounds}):")
+            indent += 1
+            for s in self.statements(level):
+                self.add(indent, s)
+        for s in innermost:
+            self.add(indent, s)
+
+    # ------------------------------------------------------------------ input kernels
+    def input(self, full: tuple[int, ...], axes: tuple[int, ...], parallel: bool, row_range: bool) -> None:
+        kept = [i for i in range(len(full)) if i not in axes]
+        knames = [f"k{j}" for j in range(len(kept))]
+        for level, n in enumerate(knames, start=1):
+            self.level_of[n] = level
+        row_level = len(knames)
+        kept_index = tuple(Ix(n, frozenset({n})) for n in knames)
+        reductions = [i for i in self.comp.instructions if i.info.kind is Kind.REDUCTION]
+        phases = self.phases(reductions)
+        segments = []  # (first row-level statement, (lines before the loop, loop, last statement))
+        for p, members in enumerate(phases):
+            start = self.mark(row_level)
+            segments.append((start, self.reduction_pass(p, members, full, axes, kept, kept_index, row_level)))
+        start = self.mark(row_level)
+        segments.append((start, self.output_pass(len(phases), full, axes, kept, kept_index, row_level)))
+        indent = 1
+        if row_level > 0:  # with no kept dimensions, the segments hold the prologue
+            for s in self.statements(0):
+                self.add(indent, s)
+        for level, n in enumerate(knames, start=1):
+            loop = "prange" if parallel and level == 1 else "range"
+            bounds = "row_start, row_end" if row_range and level == 1 else str(full[kept[level - 1]])
+            self.add(indent, f"for {n} in {loop}({bounds}):")
+            indent += 1
+            if level < row_level:
+                for s in self.statements(level):
+                    self.add(indent, s)
+        for start, (pre, loop_lines, end) in segments:
+            for s in self.statements(row_level, start, end):
+                self.add(indent, s)
+            for line in pre + loop_lines:
+                self.add(indent, line)
+
+    def phases(self, reductions: list[Instruction]) -> list[list[Instruction]]:
+        phase: dict[str, int] = {}
+        depends: dict[str, set[str]] = {}
+        names = {r.name for r in reductions}
+        for inst in self.comp.instructions:
+            deps = set()
+            for o in inst.operands:
+                deps |= depends.get(o, set())
+                if o in names:
+                    deps.add(o)
+            depends[inst.name] = deps
+        for r in reductions:
+            before = depends[r.operands[0]] | ({r.operands[0]} & names)
+            phase[r.name] = 1 + max((phase[d] for d in before), default=-1)
+        count = max(phase.values(), default=-1) + 1
+        return [[r for r in reductions if phase[r.name] == p] for p in range(count)]
+
+    def reduced_loops(self, p: int, full, axes, kept, kept_index, row_level):
+        rnames = [f"r{p}_{j}" for j in range(len(axes))]
+        for depth, n in enumerate(rnames, start=1):
+            self.level_of[n] = 1000 * (p + 1) + depth
+        full_index = [None] * len(full)
+        for pos, ix in zip(kept, kept_index):
+            full_index[pos] = ix
+        for pos, n in zip(axes, rnames):
+            full_index[pos] = Ix(n, frozenset({n}))
+        return rnames, tuple(full_index)
+
+    def reduction_pass(self, p, members, full, axes, kept, kept_index, row_level):
+        row_deps = frozenset().union(*(i.deps for i in kept_index)) if kept_index else frozenset()
+        extent = full[axes[-1]] if axes else 1
+        if len(axes) == 1 and extent >= 4 * LANES and all(r.op in LANE_OPS for r in members):
+            return self.lane_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
+        rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
+        inits, updates = [], []
+        for r in members:
+            acc = f"acc_{r.name.replace('.', '_').replace('-', '_')}"
+            operand = self.emitter.value(r.operands[0], full_index)
+            init, update, result = self.combiner(r, acc, operand, rnames)
+            result = Ix(result.text, row_deps)  # a reduction's value lives at the row level
+            inits.extend(init)
+            updates.extend(update)
+            self.emitter.overrides[r.name] = lambda index, result=result: result
+        end = self.mark(row_level)
+        loop_lines = self.reduced_loop_lines(p, rnames, [full[a] for a in axes], updates)
+        return inits, loop_lines, end
+
+    def lane_pass(self, p, members, full, axes, kept, kept_index, row_level, row_deps):
+        """A one-axis reduction with LANES accumulators, combined after the loop: the lanes
+        are independent, so LLVM packs them into vectors. max/min/and/or stay exact; sums and
+        products are reassociated, as XLA's vectorised reductions are."""
+        axis, extent = axes[0], full[axes[0]]
+        main, tail = f"c{p}", f"t{p}"
+        self.level_of[main] = 1000 * (p + 1) + 1
+        self.level_of[tail] = 1000 * (p + 1) + 501
+
+        def index_at(text: str, var: str) -> tuple[Ix, ...]:
+            index = [None] * len(full)
+            for pos, ix in zip(kept, kept_index):
+                index[pos] = ix
+            index[axis] = Ix(text, frozenset({var}))
+            return tuple(index)
+
+        inits, main_updates, tail_updates, finals = [], [], [], []
+        for r in members:
+            acc = f"acc_{r.name.replace('.', '_').replace('-', '_')}"
+            lanes = [f"{acc}_{lane}" for lane in range(LANES)]
+            for lane, name in enumerate(lanes):
+                v = self.emitter.value(r.operands[0], index_at(f"{main} + {lane}", main))
+                init, update, _ = self.combiner(r, name, v, [main])
+                inits.extend(init)
+                main_updates.extend(update)
+            v = self.emitter.value(r.operands[0], index_at(tail, tail))
+            tail_updates.extend(self.combiner(r, lanes[0], v, [tail])[1])
+            while len(lanes) > 1:  # a pairwise tree, as a vector reduction does
+                pairs = []
+                for a, b in zip(lanes[::2], lanes[1::2]):
+                    finals.append(self.merge_lanes(r, a, b))
+                    pairs.append(a)
+                lanes = pairs
+            finals.append(f"{acc} = {lanes[0]}")
+            result = Ix(acc, row_deps)
+            self.emitter.overrides[r.name] = lambda index, result=result: result
+        end = self.mark(row_level)
+        body_end = extent - extent % LANES
+        lines = [f"for {main} in range(0, {body_end}, {LANES}):"]
+        lines += ["    " + s for s in self.emitter.statements.get(self.level_of[main], [])]
+        lines += ["    " + u for u in main_updates]
+        if body_end < extent:
+            lines.append(f"for {tail} in range({body_end}, {extent}):")
+            lines += ["    " + s for s in self.emitter.statements.get(self.level_of[tail], [])]
+            lines += ["    " + u for u in tail_updates]
+        return inits, lines + finals, end
+
+    def merge_lanes(self, r: Instruction, a: str, b: str) -> str:
+        """`a = a (op) b` for two lane accumulators of reduction `r`."""
+        _, update, _ = self.combiner(r, a, Ix(b), [])
+        return update[0]
+
+    def output_pass(self, p, full, axes, kept, kept_index, row_level):
+        row_outputs, full_outputs = [], []
+        for k, member in enumerate(self.outputs):
+            dims = self.out_shapes[k].dims
+            (full_outputs if dims == tuple(full) and axes else row_outputs).append((k, member))
+        stores_row = []
+        for k, member in row_outputs:
+            dims = self.out_shapes[k].dims
+            value = self.emitter.value(member, self.row_index(dims, full, axes, kept_index))
+            idx = self.row_index(dims, full, axes, kept_index)
+            stores_row.append(self.store(k, index_text(idx), value))
+        updates = []
+        rnames = []
+        if full_outputs:
+            rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
+            for k, member in full_outputs:
+                value = self.emitter.value(member, full_index)
+                updates.append(self.store(k, index_text(full_index), value))
+        end = self.mark(row_level)
+        loop_lines = self.reduced_loop_lines(p, rnames, [full[a] for a in axes], updates) if updates else []
+        return stores_row, loop_lines, end
+
+    def row_index(self, dims, full, axes, kept_index) -> tuple[Ix, ...]:
+        """An index into a row-shaped (K, or K with unit reduced dims) value."""
+        if len(dims) == len(full):
+            it = iter(kept_index)
+            return tuple(Ix("0") if i in axes else next(it) for i in range(len(full)))
+        return kept_index
+
+    def reduced_loop_lines(self, p, rnames, extents, updates) -> list[str]:
+        lines, indent = [], 0
+        for depth, (n, d) in enumerate(zip(rnames, extents), start=1):
+            lines.append("    " * indent + f"for {n} in range({d}):")
+            indent += 1
+            for s in self.emitter.statements.get(1000 * (p + 1) + depth, []):
+                lines.append("    " * indent + s)
+        for u in updates:
+            lines.append("    " * indent + u)
+        return lines
+
+    @staticmethod
+    def extreme(dtype, smallest: bool) -> str:
+        """The smallest (or largest) value of a dtype: a max (min) reduction's identity."""
+        if dtype.is_pred:
+            return "False" if smallest else "True"
+        if dtype.is_float:
+            return literal(float("-inf") if smallest else float("inf"), dtype)
+        info = np.iinfo(dtype.numpy)
+        return literal(info.min if smallest else info.max, dtype)
+
+    def combiner(self, r: Instruction, acc: str, v: Ix, rnames: list[str]):
+        dtype = compute_dtype(self.comp[r.operands[0]].shape.dtype)
+        T = np_name(dtype)
+        op = r.op
+        if op in (Op.ARGMAX, Op.ARGMIN):
+            idx = f"{acc}_i"
+            better = ">" if op is Op.ARGMAX else "<"
+            start = self.extreme(dtype, smallest=op is Op.ARGMAX)
+            take = f"({v.text} {better} {acc})"
+            if dtype.is_float:
+                take = f"({take} | (({v.text} != {v.text}) & ({acc} == {acc})))"
+            position = rnames[0]
+            init = [f"{acc} = {start}", f"{idx} = 0"]
+            update = [
+                f"take = {take}",
+                f"{acc} = {v.text} if take else {acc}",
+                f"{idx} = {position} if take else {idx}",
+            ]
+            out = np_name(r.shape.dtype)
+            return init, update, Ix(f"{out}({idx})")
+        if op is Op.REDUCE_SUM:
+            return [f"{acc} = {literal(0, dtype)}"], [f"{acc} = {T}({acc} + {v.text})"], Ix(acc)
+        if op is Op.REDUCE_PROD:
+            return [f"{acc} = {literal(1, dtype)}"], [f"{acc} = {T}({acc} * {v.text})"], Ix(acc)
+        if op in (Op.REDUCE_MAX, Op.REDUCE_MIN):
+            largest = op is Op.REDUCE_MAX
+            if dtype.is_pred:
+                word = "|" if largest else "&"
+                return [f"{acc} = {not largest}"], [f"{acc} = {acc} {word} {v.text}"], Ix(acc)
+            start = self.extreme(dtype, smallest=largest)
+            fn = ("scalar.f" if dtype.is_float else "scalar.i") + ("max" if largest else "min")
+            return [f"{acc} = {start}"], [f"{acc} = {T}({fn}({acc}, {v.text}))"], Ix(acc)
+        if op in (Op.REDUCE_AND, Op.REDUCE_OR):
+            conj = op is Op.REDUCE_AND
+            word = "&" if conj else "|"
+            if dtype.is_pred:
+                return [f"{acc} = {conj}"], [f"{acc} = {acc} {word} {v.text}"], Ix(acc)
+            start = f"{T}(~{T}(0))" if conj else literal(0, dtype)
+            return [f"{acc} = {start}"], [f"{acc} = {T}({acc} {word} {v.text})"], Ix(acc)
+        raise NotImplementedError(f"the numba backend cannot reduce with {op}")
+
+    # ------------------------------------------------------------------ the whole kernel
+    def source(self, parallel: bool, row_range: bool) -> str:
+        args = (["row_start", "row_end", "dot"] if self.dot is not None else []) + self.params
+        args += [f"out{k}" for k in range(len(self.outputs))]
+        header = [f"def {self.name}({', '.join(args)}):"]
+        if self.flat_dims is not None:
+            size = 1
+            for d in self.flat_dims:
+                size *= d
+            for p in self.params:
+                if self.comp[p].array_shape.rank:
+                    header.append(f"    {p} = {p}.reshape({size})")
+            for k in range(len(self.outputs)):
+                if self.out_shapes[k].rank:
+                    header.append(f"    out{k} = out{k}.reshape({size})")
+        helpers = list(self.emitter.helpers.values())
+        return "\n".join(helpers + [""] + header + self.lines) + "\n"
+
+
+def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
+    """The source of the kernel computing the fused computation `comp`."""
+    writer = Writer(comp, name, kind)
+    space = reduction_space(comp)
+    row_range = writer.dot is not None
+    if writer.dot is not None:
+        dot = writer.dot
+        writer.emitter.overrides[dot.name] = lambda index: _dot_load(index)
+        full = dot.array_shape.dims
+        if space is not None and 0 in space[1]:
+            row_range = False
+    if len(writer.out_shapes) and not any(s.rank for s in writer.out_shapes) and space is None:
+        row_range = False
+    work = _work(comp, space)
+    if space is not None:
+        full, axes = space
+        parallel = work >= PARALLEL_MIN_ELEMENTS and len(full) > len(axes)
+        row_range = row_range and len(full) > len(axes)
+        writer.input(full, axes, parallel, row_range)
+    else:
+        dims = writer.out_shapes[0].dims
+        parallel = work >= PARALLEL_MIN_ELEMENTS and len(dims) > 0
+        row_range = row_range and len(dims) > 0
+        writer.loop(dims, parallel, row_range)
+    source = writer.source(parallel, row_range)
+    return KernelSource(
+        name, source, writer.emitter.globals, writer.params, writer.out_shapes, parallel, kind,
+        writer.dot, row_range, writer.flat_dims is not None,
+    )
+
+
+def _dot_load(index: tuple[Ix, ...]) -> Ix:
+    if not index:
+        return Ix("dot[0]")
+    first, *rest = index
+    local = Ix(f"{first.text} - row_start", first.deps)
+    deps = frozenset().union(*(i.deps for i in index))
+    return Ix(f"dot[{index_text((local, *rest))}]", deps)
+
+
+def _work(comp: Computation, space) -> int:
+    if space is not None:
+        size = 1
+        for d in space[0]:
+            size *= d
+        return size
+    return max((s.size for s in output_shapes(comp)), default=0)
+
+
+__all__ = ["KernelSource", "write_kernel"]

@@ -1,0 +1,147 @@
+"""Scalar helpers that generated kernels call for the ops whose `jax.lax` semantics Python's
+operators do not give: NaN-propagating max/min that order -0.0 below +0.0, division and
+remainder rounding toward zero with lax's results for x/0 and MIN/-1, shifts past the bit
+width, saturating float->int conversion, rounding. All inline and branch-free enough for LLVM
+to turn into selects, so loops calling them still vectorise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+inline = numba.njit(inline="always", cache=False)
+
+
+@inline
+def fmax(a, b):
+    """max with NaN propagation; of two equal values (+0.0 and -0.0) the one with no sign bit."""
+    r = a if (a > b) | (a != a) else b
+    return r if a != b else (a if float_bits(a) < float_bits(b) else b)
+
+
+@inline
+def fmin(a, b):
+    """min with NaN propagation; -0.0 is below +0.0."""
+    r = a if (a < b) | (a != a) else b
+    return r if a != b else (a if float_bits(a) > float_bits(b) else b)
+
+
+@inline
+def imax(a, b):
+    return a if a > b else b
+
+
+@inline
+def imin(a, b):
+    return a if a < b else b
+
+
+@inline
+def round_away(x):
+    t = np.trunc(x)
+    away = abs(x - t) >= 0.5
+    return t + math.copysign(1.0, x) if away else t
+
+
+@inline
+def is_finite(x):
+    return (x - x) == 0
+
+
+def make_int_div(bits: int, signed: bool):
+    """Division and remainder of one integer type, with lax's edge cases."""
+    if signed:
+        lo = -(2 ** (bits - 1))
+
+        @inline
+        def div(x, y):
+            safe = y if (y != 0) & ~((x == lo) & (y == -1)) else 1
+            q = x // safe
+            r = x - q * safe
+            q = q + 1 if (r != 0) & ((r < 0) != (x < 0)) else q  # floor -> toward zero
+            return q if y != 0 else -1
+
+        @inline
+        def rem(x, y):
+            safe = y if (y != 0) & ~((x == lo) & (y == -1)) else 1
+            r = x - (x // safe) * safe
+            r = r - safe if (r != 0) & ((r < 0) != (x < 0)) else r
+            return r if y != 0 else x
+
+    else:
+        ones = 2**bits - 1
+
+        @inline
+        def div(x, y):
+            safe = y if y != 0 else 1
+            return x // safe if y != 0 else ones
+
+        @inline
+        def rem(x, y):
+            safe = y if y != 0 else 1
+            return x % safe if y != 0 else x
+
+    return div, rem
+
+
+# ---------------------------------------------------------------------------- bit casts
+@intrinsic
+def f32_bits(typingctx, x):
+    """The bits of a float32 as a uint32 (a register move, no memory)."""
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+@intrinsic
+def float_bits(typingctx, x):
+    """The bits of a float32 or float64 as an unsigned integer of the same width."""
+    width = x.bitwidth
+    sig = getattr(types, f"uint{width}")(x)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(width))
+
+    return sig, codegen
+
+
+@intrinsic
+def bits_f32(typingctx, x):
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@inline
+def round_bf16(x):
+    """x rounded to the nearest bfloat16 (ties to even), kept in float32."""
+    bits = f32_bits(np.float32(x))
+    lsb = (bits >> np.uint32(16)) & np.uint32(1)
+    kept = (bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)
+    return x if x != x else bits_f32(np.uint32(kept))
+
+
+@inline
+def round_f16(x):
+    """x rounded to the nearest float16 (ties to even, subnormals, overflow), kept in float32."""
+    x = np.float32(x)
+    ax = abs(x)
+    bits = f32_bits(x)
+    lsb = (bits >> np.uint32(13)) & np.uint32(1)
+    normal = bits_f32(np.uint32((bits + np.uint32(0xFFF) + lsb) & np.uint32(0xFFFFE000)))
+    tiny = np.float32(np.rint(x * np.float32(16777216.0)) / np.float32(16777216.0))
+    r = tiny if ax < np.float32(6.103515625e-05) else normal
+    r = np.float32(math.copysign(np.inf, x)) if abs(r) >= np.float32(65520.0) else r
+    return x if (x != x) | (ax == np.inf) else r
