@@ -1,8 +1,9 @@
 """The rule table: one entry per JAX primitive, `RULES[name](ctx, params, operands) -> results`.
 
 Most primitives map one to one onto an xfuse op of the same name; the rest are rewritten here
-(`square` -> mul, `squeeze` -> reshape, `split` -> slices, `stack` -> reshapes and concatenate)
-or inlined (`jit`, `custom_jvp_call`, ...). May import xfuse.hlo and jax.
+(`square` -> mul, `squeeze` -> reshape, `split` and `unstack` -> slices, `stack` -> reshapes and
+concatenate, `tile` -> broadcast and reshape) or inlined (`jit`, `custom_jvp_call`, `remat2`, ...).
+May import xfuse.hlo and jax.
 """
 
 from __future__ import annotations
@@ -189,21 +190,49 @@ def _stack(ctx, params, operands):
     return ctx.emit(Op.CONCATENATE, *pieces, dimension=axis)
 
 
+def _slice_along(ctx: Context, x: Instruction, axis: int, start: int, stop: int) -> Instruction:
+    dims = x.array_shape.dims
+    begin, end = [0] * len(dims), list(dims)
+    begin[axis], end[axis] = start, stop
+    return ctx.emit(Op.SLICE, x, start=tuple(begin), limit=tuple(end), strides=(1,) * len(dims))
+
+
 @rule("split")
 def _split(ctx, params, operands):
     (x,) = operands
     axis = int(params["axis"])
-    dims = x.array_shape.dims
     results, start = [], 0
     for size in params["sizes"]:
-        begin = [0] * len(dims)
-        end = list(dims)
-        begin[axis], end[axis] = start, start + int(size)
-        results.append(
-            ctx.emit(Op.SLICE, x, start=tuple(begin), limit=tuple(end), strides=(1,) * len(dims))
-        )
+        results.append(_slice_along(ctx, x, axis, start, start + int(size)))
         start += int(size)
     return results
+
+
+@rule("unstack")
+def _unstack(ctx, params, operands):
+    (x,) = operands
+    axis = int(params["axis"])
+    dims = x.array_shape.dims
+    rest = dims[:axis] + dims[axis + 1 :]
+    return [
+        _reshape_to(ctx, _slice_along(ctx, x, axis, index, index + 1), rest)
+        for index in range(dims[axis])
+    ]
+
+
+@rule("tile")
+def _tile(ctx, params, operands):
+    """`tile` as a broadcast to (r0, d0, r1, d1, ...) and a reshape to (r0*d0, r1*d1, ...)."""
+    (x,) = operands
+    reps, dims = tuple(int(r) for r in params["reps"]), x.array_shape.dims
+    interleaved = tuple(d for pair in zip(reps, dims) for d in pair)
+    spread = ctx.emit(
+        Op.BROADCAST_IN_DIM,
+        x,
+        shape=x.array_shape.with_dims(interleaved),
+        dims=tuple(range(1, 2 * len(dims), 2)),
+    )
+    return _reshape_to(ctx, spread, ctx.out.dims)
 
 
 @rule("pad")
@@ -243,9 +272,15 @@ for _op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_PROD, Op.REDU
 
 
 def _arg_reduction(op: Op) -> Rule:
+    """argmax/argmin; a pred operand (jnp.select's argmax over its conditions) is taken as u8,
+    which keeps False < True."""
+
     def translate(ctx, params, operands):
         (axis,) = params["axes"]
-        return ctx.emit(op, operands[0], axis=int(axis), dtype=ctx.out.dtype)
+        (x,) = operands
+        if x.array_shape.dtype.is_pred:
+            x = ctx.convert(x, DType.U8)
+        return ctx.emit(op, x, axis=int(axis), shape=ctx.out)
 
     return translate
 
@@ -256,21 +291,24 @@ RULES["argmin"] = _arg_reduction(Op.ARGMIN)
 
 @rule("dot_general")
 def _dot_general(ctx, params, operands):
+    """A pred dot (an OR of ANDs) is counted in s32 and compared with zero."""
     lhs, rhs = operands
     (lc, rc), (lb, rb) = params["dimension_numbers"]
     out = ctx.out.dtype
+    accumulate = DType.S32 if out.is_pred else out
     if lhs.array_shape.dtype != rhs.array_shape.dtype:
-        lhs, rhs = ctx.convert(lhs, out), ctx.convert(rhs, out)
+        lhs, rhs = ctx.convert(lhs, accumulate), ctx.convert(rhs, accumulate)
     if lhs.array_shape.dtype.is_float != out.is_float or lhs.array_shape.dtype.is_pred:
-        lhs, rhs = ctx.convert(lhs, out), ctx.convert(rhs, out)
-    return ctx.emit(
+        lhs, rhs = ctx.convert(lhs, accumulate), ctx.convert(rhs, accumulate)
+    result = ctx.emit(
         Op.DOT_GENERAL,
         lhs,
         rhs,
         contracting=(tuple(map(int, lc)), tuple(map(int, rc))),
         batch=(tuple(map(int, lb)), tuple(map(int, rb))),
-        dtype=out,
+        dtype=accumulate,
     )
+    return ctx.convert(result, out)
 
 
 # ---------------------------------------------------------------------------- calls
@@ -293,9 +331,12 @@ def _inline(*param_names: str) -> Rule:
 
 RULES["jit"] = RULES["pjit"] = _inline("jaxpr")
 RULES["closed_call"] = RULES["core_call"] = _inline("call_jaxpr")
-RULES["remat"] = RULES["checkpoint"] = _inline("jaxpr")
+RULES["remat"] = RULES["checkpoint"] = RULES["remat2"] = _inline("jaxpr")
 RULES["custom_jvp_call"] = _inline("call_jaxpr")
 RULES["custom_vjp_call"] = RULES["custom_vjp_call_jaxpr"] = _inline("call_jaxpr", "fun_jaxpr")
+# A custom_vjp's forward pass under differentiation (defvjp(..., optimize_remat=True)): its
+# outputs are the residuals and then the primal outputs, just as `fwd_jaxpr` returns them.
+RULES["remat_opt"] = _inline("fwd_jaxpr")
 
 
 def supported_primitives() -> list[str]:

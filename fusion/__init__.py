@@ -4,8 +4,12 @@
 pass keeps its `FusionReport`s. May import xfuse.hlo and networkx.
 """
 
+from .algebraic import AlgebraicSimplifier
 from .analysis import cost_analysis
+from .constant_folding import ConstantFolding
 from .cost import DEFAULT_MACHINE, Machine
+from .cse import CommonSubexpressionElimination
+from .dce import DeadCodeElimination
 from .fuse import Fuse, kernel_count
 from .pipeline import (
     DEFAULT_PIPELINE,
@@ -20,6 +24,10 @@ from .pipeline import (
 from .report import DecisionInfo, FusionReport
 
 __all__ = [
+    "AlgebraicSimplifier",
+    "CommonSubexpressionElimination",
+    "ConstantFolding",
+    "DeadCodeElimination",
     "DEFAULT_MACHINE",
     "DEFAULT_PIPELINE",
     "DecisionInfo",

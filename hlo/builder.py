@@ -96,6 +96,9 @@ class Builder:
         if info.arity is None and len(insts) < info.min_arity:
             raise BuilderError(f"{described}: {op} takes at least {info.min_arity} operands")
         values = self._attrs(op, attrs, described)
+        if op in (Op.ARGMAX, Op.ARGMIN) and shape is None and shapes:  # dims lose the axis
+            dims = shapes[0].dims if isinstance(shapes[0], Shape) else ()
+            shape = tuple(d for i, d in enumerate(dims) if i != values["axis"])
         declared = self._declared(shapes, shape, dtype, described)
         try:
             result = info.shape(shapes, values, declared)

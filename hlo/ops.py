@@ -215,7 +215,7 @@ OPS: dict[Op, OpInfo] = {
         attrs=(AttrSpec("rounding_method", AttrKind.ENUM, "away_from_zero", ROUNDING_METHODS),),
     ),
     Op.EXP: _unary("float", _f64(np.exp)),
-    Op.EXP2: _unary("float", _f64(np.exp2)),
+    Op.EXP2: _unary("float", R.exp2),
     Op.EXPM1: _unary("float", _f64(np.expm1)),
     Op.LOG: _unary("float", _f64(np.log)),
     Op.LOG1P: _unary("float", _f64(np.log1p)),

@@ -1,7 +1,8 @@
 """numpy reference implementations of every op, with `jax.lax` semantics to the bit where it can.
 
 Each function is `ref(operands, attrs, shape) -> np.ndarray`. Transcendentals are computed in
-float64 and rounded once, so the reference is at least as exact as XLA's. Integer division and
+float64 and rounded once, so the reference is at least as exact as XLA's (exp2 is first
+rewritten to exp(log(2) * x) in x's dtype, as jax lowers it). Integer division and
 remainder round toward zero (x/0 = -1, x%0 = x), shifts past the bit width give 0 (or the sign),
 float->int conversion saturates with NaN -> 0, max/min propagate NaN and order -0.0 < +0.0,
 reductions of empty axes give the identity. One departure: XLA:CPU flushes subnormals to zero,
@@ -68,14 +69,21 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def erf(x):
-    return _erf(x).astype(F64)
+    return np.asarray(_erf(x), dtype=F64)  # frompyfunc gives a Python float for 0-d input
 
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def erfc(x):
-    return _erfc(x).astype(F64)
+    return np.asarray(_erfc(x), dtype=F64)
+
+
+def exp2(ops, attrs, shape):
+    """jax lowers exp2 to exp(log(2) * x), with log(2) and the product rounded to x's dtype."""
+    (x,) = ops
+    scaled = np.asarray(np.log(2.0), x.dtype) * x
+    return np.exp(np.asarray(scaled, F64)).astype(x.dtype)
 
 
 def logistic(x):
@@ -184,6 +192,7 @@ def select_n(ops, attrs, shape):
     which, *cases = ops
     if len(cases) == 1:
         return np.array(cases[0])
+    which = np.clip(which, 0, len(cases) - 1)  # XLA clamps a selector out of range
     result = cases[0]
     for i, case in enumerate(cases[1:], start=1):
         result = np.where(which == i, case, result)
@@ -209,8 +218,12 @@ def convert(ops, attrs, shape):
         out = np.where(inside, np.trunc(np.where(inside, xf, 0.0)), 0.0).astype(to.numpy)
         out = np.where(xf >= hi, np.asarray(info.max, to.numpy), out)
         return np.where(xf < lo, np.asarray(info.min, to.numpy), out)
+    # XLA rounds an integer to a float once (s64 -> f64 -> f32 would round twice), but goes
+    # through f32 for integer -> bf16 and for f64 -> bf16 and f64 -> f16.
     if to.is_float and x.dtype.kind in "iu":
-        return np.asarray(x, F64).astype(to.numpy)
+        return x.astype(np.float32 if to is DType.BF16 else to.numpy).astype(to.numpy)
+    if to in (DType.F16, DType.BF16) and x.dtype == F64:
+        return x.astype(np.float32).astype(to.numpy)
     return x.astype(to.numpy)
 
 
@@ -296,6 +309,8 @@ def rev(ops, attrs, shape):
 def reduce_sum(ops, attrs, shape):
     (x,) = ops
     axes = tuple(attrs["axes"])
+    if not axes:  # XLA returns the operand as it is (-0.0 stays -0.0)
+        return x.copy()
     if _is_float(x):
         return np.sum(np.asarray(x, F64), axis=axes).astype(x.dtype)
     return np.sum(x, axis=axes, dtype=x.dtype)

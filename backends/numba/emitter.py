@@ -56,7 +56,7 @@ def literal(value: object, dtype: DType) -> str:
 
 
 UNARY_FLOAT_LIB = {
-    Op.EXP: "exp", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p",
+    Op.EXP: "exp", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p",
     Op.TANH: "tanh", Op.LOGISTIC: "logistic", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
     Op.ATAN: "atan", Op.ERF: "erf", Op.ERFC: "erfc", Op.CBRT: "cbrt",
 }  # fmt: skip
@@ -177,6 +177,9 @@ class Emitter:
             return f"{T}({literal(1, out)} / np.sqrt({a[0]}))"
         if op is Op.IS_FINITE:
             return f"scalar.is_finite({a[0]})"
+        if op is Op.EXP2:  # as jax lowers it: exp(log(2) * x), both rounded to x's dtype
+            ln2 = literal(float(np.asarray(np.log(2.0), operand_dtype.numpy)), out)
+            return f"{T}(mathlib.exp_{self.variant(cd)}({T}({ln2} * {a[0]})))"
         if op in UNARY_FLOAT_LIB:
             return f"{T}(mathlib.{UNARY_FLOAT_LIB[op]}_{self.variant(cd)}({a[0]}))"
         if op is Op.ATAN2:

@@ -1,0 +1,543 @@
+"""The algebraic simplifier ("simplify"): rewrite rules as data (`RULES`), applied by one driver
+to a fixpoint.
+
+A `Rule` names the ops it looks at, a `pattern` that returns a match or None, and a `rewrite`
+that turns the match into either an existing value (the instruction's uses then read it) or
+new instructions, the last of which takes the replaced instruction's name and source line.
+Every rule is exact for every input, NaN, infinities and -0.0 included; each says why in
+`why`. So x*0 -> 0, x+0.0 -> x, x-x -> 0 and x/x -> 1 are deliberately absent for floats.
+What a rewrite leaves dead is for `dce`. May import xfuse.hlo and numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from xfuse.hlo import Computation, DType, Instruction, Literal, Module, Op, Shape
+
+from .pipeline import register
+from .rewrite import Namer, map_computations
+
+Replacement = str | list[Instruction]  # an existing value, or new instructions (last replaces)
+
+
+class Context:
+    """What a rule sees of the computation being simplified: the current instruction of each
+    name, splat values, and fresh names for the instructions a rewrite adds."""
+
+    def __init__(self, comp: Computation) -> None:
+        self.instructions: dict[str, Instruction] = {i.name: i for i in comp.instructions}
+        self.fresh = Namer(self.instructions)
+
+    def __getitem__(self, name: str) -> Instruction:
+        return self.instructions[name]
+
+    def splat(self, name: str) -> int | float | bool | None:
+        """The one value every element of `name` holds, if it is a constant splat or a
+        broadcast_in_dim of one; else None. Floats come back as Python floats (-0.0 kept)."""
+        inst = self.instructions[name]
+        while inst.op is Op.BROADCAST_IN_DIM:
+            inst = self.instructions[inst.operands[0]]
+        if inst.op is not Op.CONSTANT:
+            return None
+        literal: Literal = inst.attr("value")
+        if literal.array.size == 0 or not literal.is_splat():
+            return None
+        value = literal.array.reshape(-1)[0]
+        if literal.dtype.is_float:
+            return float(value)
+        return bool(value) if literal.dtype.is_pred else int(value)
+
+
+Pattern = Callable[[Context, Instruction], object]
+Rewrite = Callable[[Context, Instruction, object], Replacement]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Where `inst.op` is in `ops` and `pattern(context, inst)` is not None, `rewrite` replaces
+    `inst`. `why` says why the rewrite is exact."""
+
+    name: str
+    ops: tuple[Op, ...]
+    pattern: Pattern
+    rewrite: Rewrite
+    why: str
+
+
+# ---------------------------------------------------------------------------- splat predicates
+ValueTest = Callable[[object, DType], bool]
+
+
+def integer_zero(value: object, dtype: DType) -> bool:
+    return dtype.is_integer and value == 0
+
+
+def negative_zero(value: object, dtype: DType) -> bool:
+    return dtype.is_float and value == 0 and math.copysign(1.0, value) < 0
+
+
+def positive_zero(value: object, dtype: DType) -> bool:
+    return dtype.is_float and value == 0 and math.copysign(1.0, value) > 0
+
+
+def one(value: object, dtype: DType) -> bool:
+    return not dtype.is_pred and value == 1
+
+
+def lowest(value: object, dtype: DType) -> bool:
+    """The least value of `dtype`: -inf, the integer minimum, false."""
+    if dtype.is_float:
+        return value == -math.inf
+    return value == (False if dtype.is_pred else int(np.iinfo(dtype.numpy).min))
+
+
+def highest(value: object, dtype: DType) -> bool:
+    """The greatest value of `dtype`: +inf, the integer maximum, true."""
+    if dtype.is_float:
+        return value == math.inf
+    return value == (True if dtype.is_pred else int(np.iinfo(dtype.numpy).max))
+
+
+def any_of(*tests: ValueTest) -> ValueTest:
+    return lambda value, dtype: any(test(value, dtype) for test in tests)
+
+
+# ---------------------------------------------------------------------------- patterns
+def rhs_is(test: ValueTest) -> Pattern:
+    """`op(x, c)` with `c` a splat passing `test`: matches x."""
+
+    def pattern(ctx: Context, inst: Instruction) -> str | None:
+        x, c = inst.operands
+        value = ctx.splat(c)
+        return x if value is not None and test(value, inst.shape.dtype) else None
+
+    return pattern
+
+
+def either_is(test: ValueTest) -> Pattern:
+    """`op(x, c)` or `op(c, x)` with `c` a splat passing `test`: matches x."""
+
+    def pattern(ctx: Context, inst: Instruction) -> str | None:
+        lhs, rhs = inst.operands
+        for x, c in ((lhs, rhs), (rhs, lhs)):
+            value = ctx.splat(c)
+            if value is not None and test(value, inst.shape.dtype):
+                return x
+        return None
+
+    return pattern
+
+
+def operand_is(op: Op) -> Pattern:
+    """`outer(inner(...))` with `inner` of `op`: matches the inner instruction."""
+
+    def pattern(ctx: Context, inst: Instruction) -> Instruction | None:
+        inner = ctx[inst.operands[0]]
+        return inner if inner.op is op else None
+
+    return pattern
+
+
+def same_op_twice(ctx: Context, inst: Instruction) -> str | None:
+    """`f(f(x))`: matches x."""
+    inner = ctx[inst.operands[0]]
+    return inner.operands[0] if inner.op is inst.op else None
+
+
+def same_shape_operand(ctx: Context, inst: Instruction) -> str | None:
+    """A one-operand op whose result has its operand's exact shape and dtype: matches x."""
+    x = inst.operands[0]
+    return x if ctx[x].shape == inst.shape else None
+
+
+def attr_is(key: str, wanted: Callable[[object, Instruction, Context], bool]) -> Pattern:
+    """The attribute `key` passes `wanted`: matches the (first) operand."""
+
+    def pattern(ctx: Context, inst: Instruction) -> str | None:
+        return inst.operands[0] if wanted(inst.attr(key), inst, ctx) else None
+
+    return pattern
+
+
+def all_operands_same(ctx: Context, inst: Instruction) -> str | None:
+    """`op(x, x, ...)` (for select_n: every case the same value): matches x."""
+    values = inst.operands[1:] if inst.op is Op.SELECT_N else inst.operands
+    return values[0] if len(set(values)) == 1 else None
+
+
+def constant_selector(ctx: Context, inst: Instruction) -> str | None:
+    """`select_n(c, cases...)` with `c` a splat naming a case: matches that case."""
+    which, *cases = inst.operands
+    value = ctx.splat(which)
+    if value is None:
+        return None
+    index = int(value)  # pred: false picks case 0, true case 1
+    return cases[index] if 0 <= index < len(cases) else None
+
+
+def full_slice(ctx: Context, inst: Instruction) -> str | None:
+    x = inst.operands[0]
+    dims = ctx[x].shape.dims
+    everything = (tuple(0 for _ in dims), dims, tuple(1 for _ in dims))
+    attrs = (inst.attr("start"), inst.attr("limit"), inst.attr("strides"))
+    return x if attrs == everything else None
+
+
+def no_padding(ctx: Context, inst: Instruction) -> str | None:
+    padding = inst.attr("low") + inst.attr("high") + inst.attr("interior")
+    return inst.operands[0] if not any(padding) else None
+
+
+def single_operand(ctx: Context, inst: Instruction) -> str | None:
+    return inst.operands[0] if len(inst.operands) == 1 else None
+
+
+def reduce_no_axes(ctx: Context, inst: Instruction) -> str | None:
+    # A reduction over no axes returns its operand, -0.0 included (as XLA:CPU does).
+    return None if inst.attr("axes") else inst.operands[0]
+
+
+def identity_permutation(permutation: object, inst: Instruction, ctx: Context) -> bool:
+    return tuple(permutation) == tuple(range(len(permutation)))
+
+
+def no_dimensions(dimensions: object, inst: Instruction, ctx: Context) -> bool:
+    return len(dimensions) == 0
+
+
+def exponent(y: int) -> Callable[[object, Instruction, Context], bool]:
+    return lambda value, inst, ctx: value == y
+
+
+def identity_broadcast(ctx: Context, inst: Instruction) -> str | None:
+    x = inst.operands[0]
+    same = ctx[x].shape == inst.shape
+    return x if same and inst.attr("dims") == tuple(range(inst.shape.rank)) else None
+
+
+# ---------------------------------------------------------------------------- rewrites
+def forward(ctx: Context, inst: Instruction, match: object) -> Replacement:
+    """The matched value replaces the instruction."""
+    return match
+
+
+def bypass_inner(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
+    """`reshape(reshape(x))` -> `reshape(x)`: the outer op, reading the inner one's operand."""
+    return [inst.replace(operands=inner.operands)]
+
+
+def compose_transposes(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
+    # out dim i is inner dim outer[i], which is x dim inner[outer[i]].
+    outer_perm, inner_perm = inst.attr("permutation"), inner.attr("permutation")
+    composed = tuple(int(inner_perm[p]) for p in outer_perm)
+    return [inst.replace(operands=inner.operands, attrs=(("permutation", composed),))]
+
+
+def compose_broadcasts(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
+    # x dim i lands in inner dim inner_dims[i], which lands in out dim outer_dims[inner_dims[i]].
+    outer_dims, inner_dims = inst.attr("dims"), inner.attr("dims")
+    composed = tuple(int(outer_dims[d]) for d in inner_dims)
+    return [inst.replace(operands=inner.operands, attrs=(("dims", composed),))]
+
+
+def splat_of_one(ctx: Context, inst: Instruction, match: object) -> Replacement:
+    """A constant 1 of the result's dtype, broadcast to the result's shape."""
+    shape: Shape = inst.shape
+    one_ = Literal(1, shape.dtype)
+    if shape.rank == 0:
+        return [Instruction(inst.name, Op.CONSTANT, shape, (), (("value", one_),), inst.loc)]
+    scalar = Instruction(
+        ctx.fresh("constant"), Op.CONSTANT, one_.shape, (), (("value", one_),), inst.loc
+    )
+    broadcast = Instruction(
+        inst.name, Op.BROADCAST_IN_DIM, shape, (scalar.name,), (("dims", ()),), inst.loc
+    )
+    return [scalar, broadcast]
+
+
+# ---------------------------------------------------------------------------- the rules
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "add_zero",
+        (Op.ADD,),
+        either_is(any_of(integer_zero, negative_zero)),
+        forward,
+        "x + 0 = x for integers; for floats only x + (-0.0) = x for every x (-0.0 + -0.0 is "
+        "-0.0, +0.0 + -0.0 is +0.0, NaN and inf pass through), while -0.0 + (+0.0) is +0.0.",
+    ),
+    Rule(
+        "sub_zero",
+        (Op.SUB,),
+        rhs_is(any_of(integer_zero, positive_zero)),
+        forward,
+        "x - 0 = x for integers; for floats x - (+0.0) = x + (-0.0) = x for every x.",
+    ),
+    Rule(
+        "mul_one",
+        (Op.MUL,),
+        either_is(one),
+        forward,
+        "x * 1 = x exactly for every integer and float, NaN, inf and -0.0 included.",
+    ),
+    Rule(
+        "div_one",
+        (Op.DIV,),
+        rhs_is(one),
+        forward,
+        "x / 1 = x exactly: float division by 1 is exact; integer division rounds toward zero.",
+    ),
+    Rule(
+        "neg_neg",
+        (Op.NEG,),
+        same_op_twice,
+        forward,
+        "neg flips the float sign bit (NaN and zeros included) and is an involution on "
+        "two's complement integers, even at the minimum (-MIN wraps to MIN).",
+    ),
+    Rule(
+        "not_not",
+        (Op.NOT,),
+        same_op_twice,
+        forward,
+        "logical not on pred and bitwise not on integers are involutions.",
+    ),
+    Rule(
+        "reshape_reshape",
+        (Op.RESHAPE,),
+        operand_is(Op.RESHAPE),
+        bypass_inner,
+        "reshapes keep row-major element order, so two compose into one.",
+    ),
+    Rule(
+        "reshape_same_shape",
+        (Op.RESHAPE,),
+        same_shape_operand,
+        forward,
+        "a reshape to the operand's own shape moves nothing.",
+    ),
+    Rule(
+        "transpose_transpose",
+        (Op.TRANSPOSE,),
+        operand_is(Op.TRANSPOSE),
+        compose_transposes,
+        "two permutations of the dimensions compose into one; values are only moved.",
+    ),
+    Rule(
+        "transpose_identity",
+        (Op.TRANSPOSE,),
+        attr_is("permutation", identity_permutation),
+        forward,
+        "the identity permutation moves nothing.",
+    ),
+    Rule(
+        "broadcast_broadcast",
+        (Op.BROADCAST_IN_DIM,),
+        operand_is(Op.BROADCAST_IN_DIM),
+        compose_broadcasts,
+        "each operand dimension maps through both dims lists; a size-1 dimension may expand "
+        "at either step, any other keeps its size, so one broadcast copies the same values.",
+    ),
+    Rule(
+        "broadcast_identity",
+        (Op.BROADCAST_IN_DIM,),
+        identity_broadcast,
+        forward,
+        "a broadcast to the same shape with dims 0..n-1 copies each element to its own place.",
+    ),
+    Rule(
+        "convert_same_type",
+        (Op.CONVERT_ELEMENT_TYPE,),
+        same_shape_operand,
+        forward,
+        "converting to the operand's own dtype changes no bit.",
+    ),
+    Rule(
+        "select_same_cases",
+        (Op.SELECT_N,),
+        all_operands_same,
+        forward,
+        "whatever the selector holds, every case is the same value.",
+    ),
+    Rule(
+        "select_constant_selector",
+        (Op.SELECT_N,),
+        constant_selector,
+        forward,
+        "a splat selector picks the same case everywhere (false: 0, true: 1; an s32 selector "
+        "out of range is left alone).",
+    ),
+    Rule(
+        "slice_everything",
+        (Op.SLICE,),
+        full_slice,
+        forward,
+        "start 0, limit the dimensions and stride 1 take every element in place.",
+    ),
+    Rule(
+        "concatenate_one",
+        (Op.CONCATENATE,),
+        single_operand,
+        forward,
+        "concatenating a single operand copies it.",
+    ),
+    Rule(
+        "integer_pow_one",
+        (Op.INTEGER_POW,),
+        attr_is("y", exponent(1)),
+        forward,
+        "x**1 is x itself in the binary expansion (no multiplication happens).",
+    ),
+    Rule(
+        "integer_pow_zero",
+        (Op.INTEGER_POW,),
+        attr_is("y", exponent(0)),
+        splat_of_one,
+        "x**0 is 1 for every x, NaN and inf included (lax and XLA expand it to the constant 1).",
+    ),
+    Rule(
+        "reduce_no_axes",
+        (Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR),
+        reduce_no_axes,
+        forward,
+        "reducing over no axes returns each element as it is (XLA:CPU does the same, -0.0 "
+        "included), so the reduction is its operand.",
+    ),
+    Rule(
+        "idempotent",
+        (Op.MAX, Op.MIN, Op.AND, Op.OR),
+        all_operands_same,
+        forward,
+        "max(x, x), min(x, x), x & x and x | x are x (NaN stays NaN, -0.0 stays -0.0).",
+    ),
+    Rule(
+        "max_lowest",
+        (Op.MAX,),
+        either_is(lowest),
+        forward,
+        "max(x, -inf) is x for every float x (NaN propagates, no zero meets -inf), and "
+        "max(x, MIN) is x for integers (false for pred).",
+    ),
+    Rule(
+        "min_highest",
+        (Op.MIN,),
+        either_is(highest),
+        forward,
+        "min(x, +inf) is x for every float x (NaN propagates, no zero meets +inf), and "
+        "min(x, MAX) is x for integers (true for pred).",
+    ),
+    Rule(
+        "pad_nothing",
+        (Op.PAD,),
+        no_padding,
+        forward,
+        "no low, high or interior padding: the padding value is never used.",
+    ),
+    Rule(
+        "rev_nothing",
+        (Op.REV,),
+        attr_is("dimensions", no_dimensions),
+        forward,
+        "reversing no dimensions moves nothing.",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------- the driver
+class RuleError(RuntimeError):
+    """A rule produced something that does not replace the instruction (a bug in the rule)."""
+
+
+def apply_rules(
+    ctx: Context, inst: Instruction, rules: dict[Op, list[Rule]]
+) -> tuple[Rule, Replacement] | None:
+    """The first rule that matches `inst` and what it replaces `inst` with, or None."""
+    for rule in rules.get(inst.op, ()):
+        match = rule.pattern(ctx, inst)
+        if match is not None:
+            return rule, rule.rewrite(ctx, inst, match)
+    return None
+
+
+def check(rule: Rule, inst: Instruction, replacement: Replacement, ctx: Context) -> None:
+    if isinstance(replacement, str):
+        shape = ctx[replacement].shape
+    else:
+        last = replacement[-1]
+        if last.name != inst.name:
+            raise RuleError(f"rule {rule.name} replaced {inst.name} by a value named {last.name}")
+        shape = last.shape
+    if shape != inst.shape:
+        raise RuleError(f"rule {rule.name} replaced {inst.name} ({inst.shape}) by a {shape}")
+
+
+def sweep(comp: Computation, rules: dict[Op, list[Rule]], max_steps: int) -> Computation:
+    """One pass over `comp` in order, rewriting each instruction until no rule matches it.
+
+    Instructions are visited after their operands, so a rule always sees simplified operands.
+    """
+    ctx = Context(comp)
+    forwarded: dict[str, str] = {}  # instruction -> the existing value that replaced it
+    result: list[Instruction] = []
+    changed = False
+    for inst in comp.instructions:
+        operands = tuple(forwarded.get(o, o) for o in inst.operands)
+        if operands != inst.operands:
+            inst = inst.replace(operands=operands)
+            ctx.instructions[inst.name] = inst
+            changed = True
+        for _ in range(max_steps):
+            applied = apply_rules(ctx, inst, rules)
+            if applied is None:
+                break
+            rule, replacement = applied
+            check(rule, inst, replacement, ctx)
+            changed = True
+            if isinstance(replacement, str):
+                forwarded[inst.name] = replacement
+                inst = None
+                break
+            *added, inst = replacement
+            for new in added:
+                ctx.instructions[new.name] = new
+                result.append(new)
+            ctx.instructions[inst.name] = inst
+        if inst is not None:
+            result.append(inst)
+    if not changed:
+        return comp
+    return Computation(comp.name, tuple(result), forwarded.get(comp.root, comp.root))
+
+
+@register("simplify")
+@dataclass(frozen=True, slots=True)
+class AlgebraicSimplifier:
+    """Applies `rules` to every instruction of every computation until none matches."""
+
+    name: ClassVar[str] = "simplify"
+    rules: Sequence[Rule] = RULES
+    max_sweeps: int = 32  # each sweep already reaches the fixpoint; the rest only confirm
+
+    def by_op(self) -> dict[Op, list[Rule]]:
+        index: dict[Op, list[Rule]] = {}
+        for rule in self.rules:
+            for op in rule.ops:
+                index.setdefault(op, []).append(rule)
+        return index
+
+    def simplify(self, comp: Computation, rules: dict[Op, list[Rule]]) -> Computation:
+        for _ in range(self.max_sweeps):
+            new = sweep(comp, rules, max_steps=len(comp.instructions) + 8)
+            if new is comp:
+                break
+            comp = new
+        return comp
+
+    def run(self, module: Module) -> Module:
+        rules = self.by_op()
+        return map_computations(module, lambda comp: self.simplify(comp, rules))
