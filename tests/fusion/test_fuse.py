@@ -267,3 +267,38 @@ def test_fusion_preserves_meaning_on_the_interpreter(name):
     before, after = interpret(module, *args), interpret(fused, *args)
     for b, a in zip(jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)):
         np.testing.assert_array_equal(a, b)
+
+
+CYCLE = """
+HloModule cycle
+
+ENTRY main (x: f32[8]) -> f32[8] {
+  x = f32[8] parameter(0)
+  e = f32[8] exp(x)
+  a = f32[8] neg(e)
+  t = (f32[8]) optimization_barrier(a)
+  g = f32[8] get_tuple_element(t), index=0
+  ROOT b = f32[8] add(e, g)
+}
+"""
+
+
+def test_merges_that_would_create_a_cycle_are_refused():
+    fuse = Fuse()
+    after = fuse.run(parse(CYCLE))
+    verify(after)
+    decision = next(d for d in fuse.reports[-1].decisions if d.producer == "e")
+    assert "would create a cycle" in decision.reason
+    x = f32(8)
+    np.testing.assert_array_equal(interpret(after, x), interpret(parse(CYCLE), x))
+
+
+def test_dump_to_writes_each_pass(tmp_path, monkeypatch):
+    monkeypatch.setenv("XFUSE_DUMP_TO", str(tmp_path))
+    compile_with(row_softmax, (f32(4, 8),))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert any(n.endswith("01_simplify.hlo") for n in names)
+    assert any(n.endswith("_fuse.hlo") for n in names)
+    assert any(n.endswith("final.hlo") for n in names)
+    for path in tmp_path.iterdir():
+        verify(parse(path.read_text()))
