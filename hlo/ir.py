@@ -16,7 +16,10 @@ from types import MappingProxyType
 from .dtypes import AnyShape, Shape
 from .ops import Op, OpInfo
 
-_LOC_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+)(?: \((?P<function>[^()]*)\))?$")
+_LOC_RE = re.compile(
+    r"(?P<file>.*):(?P<line>-?\d+)(?: \((?P<function>.*)\))?", re.DOTALL | re.ASCII
+)
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +36,7 @@ class Loc:
 
     @staticmethod
     def parse(text: str) -> Loc:
-        match = _LOC_RE.match(text)
+        match = _LOC_RE.fullmatch(text)
         if not match:
             raise ValueError(f"expected file:line or file:line (function), got {text!r}")
         return Loc(match["file"], int(match["line"]), match["function"] or "")

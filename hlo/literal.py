@@ -1,13 +1,14 @@
 """`Literal`: the value of a `constant`, an immutable numpy array compared bit for bit.
 
 Also how literals print (XLA style nested braces, `{{1, 2}, {3, 4}}`) and how one number reads
-back; every float prints so that it parses back to the same bits (NaN payloads aside).
-Imports numpy only.
+back; every float prints so that it parses back to the same bits (NaN payloads aside: a NaN
+prints as `nan` or `-nan`, keeping only its sign). Imports numpy only.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -61,7 +62,7 @@ def format_scalar(value: object, dtype: DType) -> str:
         return str(int(value))
     x = float(value)
     if math.isnan(x):
-        return "nan"
+        return "-nan" if np.signbit(value) else "nan"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     short = str(np.asarray(value, dtype=dtype.numpy)[()])
@@ -82,6 +83,9 @@ def _same_bits(a: object, b: object, dtype: DType) -> bool:
     return np.asarray(a, np_dtype).tobytes() == np.asarray(b, np_dtype).tobytes()
 
 
+_FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|-?nan|-?inf", re.ASCII)
+
+
 def parse_scalar(text: str, dtype: DType) -> object:
     """Reads one element of `dtype`; ValueError if the text is not such a value."""
     if dtype.is_pred:
@@ -97,13 +101,12 @@ def parse_scalar(text: str, dtype: DType) -> object:
         if not info.min <= value <= info.max:
             raise ValueError(f"{value} is out of range for {dtype}")
         return dtype.numpy.type(value)
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number for {dtype}, got {text!r}") from None
+    if not _FLOAT_RE.fullmatch(text):  # float() also takes "Infinity", "NAN", " 1_0", ...
+        raise ValueError(f"expected a number for {dtype}, got {text!r}")
+    value = float(text)
     with np.errstate(over="ignore"):
         result = np.asarray(value, dtype=dtype.numpy)[()]
-    if math.isinf(float(result)) and not math.isinf(value):
+    if math.isinf(float(result)) and text.lstrip("-") != "inf":  # float("1e999") is inf too
         raise ValueError(f"{text} overflows {dtype}")
     return result
 

@@ -29,8 +29,11 @@ _TOKEN_RE = re.compile(
   | (?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)
   | (?P<punct>[=(){}\[\],;:])
     """,
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,  # ASCII: \d is 0-9 only, not every script's digits
 )
+# The text of `loc="..."`, `str(Loc)`. Wider than `Loc.parse`: the file and function may hold any
+# character (newlines too), the line a sign. The file ends at the last ':LINE' that can end it,
+# so only a function holding ':LINE (' itself reads back differently.
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,14 @@ class Parser:
             return self.next()
         return None
 
+    def accept_keyword(self, word: str, unless_followed_by: str) -> Token | None:
+        """`word` as a keyword, unless the next token shows it is a name (`ROOT = ...`)."""
+        if self.peek.text == word and self.peek.kind == "name":
+            following = self.tokens[min(self.pos + 1, len(self.tokens) - 1)]
+            if following.text != unless_followed_by:
+                return self.next()
+        return None
+
     def expect(self, text: str) -> Token:
         token = self.accept(text)
         if token is None:
@@ -109,7 +120,10 @@ class Parser:
         token = self.expect_kind("number", what)
         if not re.fullmatch(r"-?\d+", token.text):
             raise self.error(f"expected {what}, found {token.text!r}", token)
-        return int(token.text)
+        try:
+            return int(token.text)
+        except ValueError as e:  # more digits than int() takes (4300)
+            raise self.error(f"expected {what}: {e}", token) from None
 
     # ------------------------------------------------------------------ module
     def parse_module(self) -> Module:
@@ -119,7 +133,7 @@ class Parser:
         seen: set[str] = set()
         entry: str | None = None
         while self.peek.kind != "eof":
-            is_entry = self.accept("ENTRY") is not None
+            is_entry = self.accept_keyword("ENTRY", unless_followed_by="(") is not None
             name_token = self.peek
             comp = self.parse_computation()
             if comp.name in seen:
@@ -155,7 +169,7 @@ class Parser:
         while not self.accept("}"):
             if self.peek.kind == "eof":
                 raise self.error(f"computation {name!r} is not closed with '}}'")
-            root_token = self.accept("ROOT")
+            root_token = self.accept_keyword("ROOT", unless_followed_by="=")
             inst = self.parse_instruction()
             if root_token is not None:
                 if root is not None:
@@ -233,7 +247,7 @@ class Parser:
         token = self.expect_kind("string", "a quoted location")
         try:
             return Loc.parse(json.loads(token.text))
-        except ValueError as e:
+        except ValueError as e:  # JSONDecodeError is one, as is int() of 5000 digits
             raise self.error(f"bad location: {e}", token) from None
 
     def parse_attr_value(self, spec: AttrSpec) -> object:
@@ -287,6 +301,10 @@ class Parser:
         return Shape(dtype, dims)
 
     def parse_literal(self, shape: Shape) -> Literal:
+        if shape.rank > MAX_DEPTH:  # numpy's limit is 64 too; this bounds the recursion below
+            raise self.error(
+                f"a constant has at most {MAX_DEPTH} dimensions, {shape} has {shape.rank}"
+            )
         flat: list[object] = []
         self.parse_literal_level(shape, 0, flat)
         try:
@@ -330,7 +348,7 @@ def parse(text: str | bytes) -> Module:
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise HloParseError(f"the text is not UTF-8: {e.reason}", 1, 1, "") from None
+            raise _not_utf8(bytes(text), e) from None
     if not isinstance(text, str):
         raise HloParseError(f"expected text, got {type(text).__name__}", 1, 1, "")
     parser = Parser(text)
@@ -341,3 +359,14 @@ def parse(text: str | bytes) -> Module:
     except (ValueError, TypeError, OverflowError, MemoryError, RecursionError) as e:
         # A value the grammar admits but the IR rejects (a dimension too large, ...).
         raise parser.error(f"invalid module: {e}") from None
+
+
+def _not_utf8(data: bytes, e: UnicodeDecodeError) -> HloParseError:
+    """The error at the first byte that is not UTF-8, its line shown with U+FFFD for bad bytes."""
+    before = data[: e.start].decode("utf-8")  # valid: decoding stopped at e.start
+    line_start = before.rfind("\n") + 1
+    line_end = data.find(b"\n", e.start)
+    rest = data[e.start : None if line_end < 0 else line_end].decode("utf-8", "replace")
+    line, column = before.count("\n") + 1, len(before) - line_start + 1
+    source = before[line_start:] + rest
+    return HloParseError(f"the text is not UTF-8: {e.reason}", line, column, source)

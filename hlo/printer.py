@@ -12,12 +12,14 @@ the identity.
     ints         := '{' [INT {',' INT}] '}'
     shape        := DTYPE '[' [INT {',' INT}] ']' | '(' [shape {',' shape}] ')'
     literal      := scalar | '{' [literal {',' literal}] '}'
-    scalar       := INT | FLOAT | 'nan' | 'inf' | '-inf' | 'true' | 'false'
+    scalar       := INT | FLOAT | 'nan' | '-nan' | 'inf' | '-inf' | 'true' | 'false'
 
 The header's parameters are the computation's `parameter` instructions, by index. Attributes
 print in the op's schema order; an attribute equal to its default is left out. The source
-location is the last attribute, `loc="file.py:12 (function)"` (a JSON string). `//` starts a
-comment. NAME is `[A-Za-z_][A-Za-z0-9_.-]*`; DTYPE is one of `DType`'s values.
+location is the last attribute, `loc="file.py:12 (function)"` (a JSON string; file and function
+may hold any character, but a function holding `:12 (` reads back wrong). `//` starts a comment.
+NAME is `[A-Za-z_][A-Za-z0-9_.-]*` (`ROOT` and `ENTRY` included); DTYPE is one of `DType`'s
+values.
 
 Example:
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .dtypes import Shape, TupleShape
 from .errors import HloVerifyError
-from .ir import Computation, Instruction, Loc, Module
+from .ir import NAME_RE, Computation, Instruction, Loc, Module
 from .literal import Literal
 from .ops import OPS, AttrKind, Op
 from .printer import format_instruction
@@ -62,6 +62,8 @@ class _Checker:
         if module.entry not in names:
             raise HloVerifyError(f"module {module.name}: entry computation {module.entry!r} is missing")
         for comp in module.computations:
+            if not NAME_RE.fullmatch(comp.name):
+                raise HloVerifyError(f"computation name {comp.name!r} is not a valid name")
             self.computation(comp)
         self.acyclic_calls()
 
@@ -91,6 +93,8 @@ class _Checker:
         for inst in comp.instructions:
             if inst.name in seen:
                 raise self.fail(comp, inst, f"the name {inst.name!r} is defined twice")
+            if not isinstance(inst.name, str) or not NAME_RE.fullmatch(inst.name):
+                raise self.fail(comp, inst, f"{inst.name!r} is not a valid instruction name")
             for operand in inst.operands:
                 if operand not in seen:
                     where = "later" if operand in comp else "nowhere"

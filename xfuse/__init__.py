@@ -4,18 +4,34 @@
 runs it; `f.lower(*args)` and `.compile()` give the stages, as in `jax.stages`. The IR:
 `xfuse.hlo.parse(text)`, `str(module)`, `xfuse.hlo.verify(module)`,
 `xfuse.hlo.interpret(module, *arrays)`. This package is the public API and may import every
-other part of xfuse.
+other part of xfuse; it does so lazily, so `import xfuse.hlo` or `import xfuse.runtime` loads
+neither jax nor numba.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-
-from . import hlo
-from .api import Jitted, jit
-from .stages import Compiled, Lowered
 
 try:
     __version__ = version("xfuse")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
+
+_LAZY = {
+    "jit": ".api",
+    "Jitted": ".api",
+    "Lowered": ".stages",
+    "Compiled": ".stages",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    if name in ("hlo", "runtime", "fusion", "frontend", "backends", "aot"):
+        return import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'xfuse' has no attribute {name!r}")
+
 
 __all__ = ["Compiled", "Jitted", "Lowered", "hlo", "jit", "__version__"]
