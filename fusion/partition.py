@@ -222,7 +222,10 @@ class Partitioner:
             self.new_group({name})
             return
         if len(consumer_groups) == 1:
-            gid, reason, saved = self.try_join(name, consumer_groups, check_cycles=False)
+            # With every user inside the group no cycle can form; a user outside any kernel
+            # (a call, a barrier) may lead back into the group, so then it is checked.
+            others = any(not fusible(self.comp[u]) for u in self.users[name])
+            gid, reason, saved = self.try_join(name, consumer_groups, check_cycles=others)
             self.record(name, consumer_groups[0], gid is not None, reason, saved)
             if gid is None:
                 self.new_group({name})
@@ -250,6 +253,9 @@ class Partitioner:
         inst = self.comp[name]
         if inst.info.kind in (Kind.REDUCTION, Kind.DOT):
             return False, f"a {inst.op} is never recomputed"
+        if name in self.external or not all(fusible(self.comp[u]) for u in self.users[name]):
+            # It must be stored anyway, and a stored copy inside one kernel could close a cycle.
+            return False, "it is also needed outside the kernels, so it is stored once"
         copies = len(gids)
         size = max(inst.shape.size, 1)
         extra = (copies - 1) * size * flops_per_element(inst)

@@ -35,7 +35,15 @@ from tests.tolerances import (
 from xfuse.hlo import OPS, Builder, BuilderError, DType, Module, Op, Shape, interpret
 from xfuse.hlo.dtypes import finfo
 
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def enable_x64():
+    """64-bit types need jax's x64 mode; it is global, so it is on only while these tests run."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
 
 N_RANDOM = 64
 Rng = np.random.Generator
