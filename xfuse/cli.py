@@ -1,16 +1,48 @@
-"""The `xfuse` command line. Subcommands: `demo`."""
+"""The `xfuse` command line. Subcommands: `demo`, `bench`.
+
+`bench` runs the benchmark suite of the source tree (`benchmarks/`, beside this package's
+folder); its options are the suite's own (`xfuse bench --help`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+
+def _bench(argv: list[str]) -> int:
+    """Runs `benchmarks.suite.main`, finding the source tree's `benchmarks` if not importable."""
+    try:
+        from benchmarks.suite import main as bench
+    except ImportError:
+        root = Path(__file__).resolve().parent.parent
+        if not (root / "benchmarks" / "suite.py").is_file():
+            print(
+                "xfuse bench: the benchmark suite lives in the source tree (benchmarks/); "
+                "run it from a checkout with `pip install -e .[bench]`",
+                file=sys.stderr,
+            )
+            return 2
+        sys.path.insert(0, str(root))
+        from benchmarks.suite import main as bench
+    return bench(argv, prog="xfuse bench")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xfuse", description="xfuse: a fusion compiler for JAX")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="build, print, parse, verify and run softmax(relu(x @ w + b))")
-    args = parser.parse_args(argv)
+    sub.add_parser(
+        "bench",
+        add_help=False,  # --help and every other option go to the suite
+        help="benchmark xfuse against jax.jit, NumPy and numexpr (options: xfuse bench --help)",
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return _bench(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "demo":
         from .demo import main as demo
 

@@ -11,7 +11,7 @@ from xfuse.fusion import Fuse, FusionReport, PassRecord, parse_pipeline, run_pip
 from xfuse.hlo import Module, verify
 
 BACKENDS = ("numba", "reference")
-DEFAULT_BACKEND = "reference"  # numba once its math library lands
+DEFAULT_BACKEND = "numba"
 
 
 def backend_compile(name: str) -> Callable:

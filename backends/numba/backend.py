@@ -14,12 +14,13 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Module, Op, Shape, TupleShape
 from xfuse.runtime import BufferSpec, Executable, Step
+from xfuse.runtime.parallel import run_rows
 
-from .compile import compile_kernel
+from .compile import compile_kernel, settle
 from .kernels import KernelSource, write_kernel
 
 NAME = "numba"
-BLOCK_BYTES = 512 * 1024  # an output fusion's dot result is produced in blocks of about this
+BLOCK_BYTES = 1 << 20  # an output fusion's dot result is produced in blocks of about this
 
 
 def compute_numpy(dtype: DType) -> np.dtype:
@@ -76,13 +77,18 @@ def kernel_runner(source: KernelSource, comp: Computation) -> Callable:
     fn = compile_kernel(source)
     prepare = [_preparer(comp[p].array_shape) for p in source.params]
     finish = [_finisher(s) for s in source.outputs]
+    rows, split = source.rows, source.parallel
+    first = [True]
 
     def run(inputs, outputs):
         args = [f(a) for f, a in zip(prepare, inputs)]
         outs = [f[0](o) for f, o in zip(finish, outputs)]
-        fn(*args, *outs)
+        run_rows(lambda start, end: fn(start, end, *args, *outs), rows, split)
         for f, o, tmp in zip(finish, outputs, outs):
             f[1](o, tmp)
+        if first[0]:  # the first call compiled the kernel or loaded it from the disk cache
+            first[0] = False
+            settle(fn)
 
     run.dispatcher = fn
     return run
@@ -101,10 +107,16 @@ def _finisher(shape: Shape) -> tuple[Callable, Callable]:
     convert = shape.dtype in (DType.F16, DType.BF16)
     if convert:
         return (lambda o: np.empty(o.shape, np.float32).reshape(-1) if o.ndim == 0 else np.empty(o.shape, np.float32),
-                lambda o, tmp: o.__setitem__(Ellipsis, tmp.reshape(o.shape).astype(o.dtype)))
+                _narrow)
     if shape.rank == 0:
         return (lambda o: o.reshape(-1), lambda o, tmp: None)
     return (lambda o: o, lambda o, tmp: None)
+
+
+def _narrow(out: np.ndarray, wide: np.ndarray) -> None:
+    """f32 results into an f16/bf16 output: rounding to nearest, overflow to inf as in XLA."""
+    with np.errstate(over="ignore"):
+        out[...] = wide.reshape(out.shape).astype(out.dtype)
 
 
 def output_runner(source: KernelSource, comp: Computation) -> Callable:
@@ -121,9 +133,11 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
     row_bytes = max(1, int(np.prod(dims[1:])) * work.itemsize) if dims else 1
     rows = dims[0] if dims else 1
     block = rows if not source.row_blocked else max(1, min(rows, BLOCK_BYTES // row_bytes))
+    split = source.parallel
     (lb, rb) = batch
     lhs_axis = lb[0] if lb else next(i for i in range(lhs.rank) if i not in contracting[0])
     full_dot = make_dot(lhs, rhs, contracting, batch, dot.shape.dtype)
+    first = [True]
 
     def run(inputs, outputs):
         args = [f(a) for f, a in zip(prepare, inputs)]
@@ -132,18 +146,25 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
         if block >= rows:
             buf = np.empty(dims, work)
             full_dot(a, b, buf)
-            fn(0, rows, buf.reshape(-1) if not dims else buf, *args, *outs)
+            flat = buf.reshape(-1) if not dims else buf
+            run_rows(lambda s, e: fn(s, e, 0, flat, *args, *outs), source.rows, split)
         else:
             buf = np.empty((block,) + tuple(dims[1:]), work)
             for start in range(0, rows, block):
                 end = min(rows, start + block)
-                a_rows = _rows(a, lhs_axis, start, end)
-                b_rows = _rows(b, rb[0], start, end) if lb else b
                 part = buf[: end - start]
-                _block_dot(a_rows, b_rows, part, lhs, rhs, contracting, batch, work)
-                fn(start, end, part, *args, *outs)
+                b_rows = _rows(b, rb[0], start, end) if lb else b
+                _block_dot(_rows(a, lhs_axis, start, end), b_rows, part, lhs, rhs, contracting, batch, work)
+                run_rows(
+                    lambda s, e, start=start, part=part: fn(start + s, start + e, start, part, *args, *outs),
+                    end - start,
+                    split,
+                )
         for f, o, tmp in zip(finish, outputs, outs):
             f[1](o, tmp)
+        if first[0]:
+            first[0] = False
+            settle(fn)
 
     run.dispatcher = fn
     return run

@@ -4,11 +4,12 @@
   identity or a scalar), outputs stored at the innermost level.
 - input: a loop nest over the kept dimensions K, and inside it, per row, one pass per phase
   of reductions (independent reductions share a pass), then a pass storing the row outputs.
-- output: the dot's result arrives as a block of rows computed by BLAS; the epilogue is a loop
-  or input kernel over the rows [row_start, row_end).
+- output: the dot's result arrives as a block of rows computed by BLAS (`dot`, whose first row
+  is row `dot_start`); the epilogue is a loop or input kernel over those rows.
 
-The outermost loop is a `prange` when the kernel does enough work; otherwise the kernel is
-serial, so small calls pay no thread start-up. Destination passing: kernels write into the
+Every kernel computes the rows [row_start, row_end) of its outermost loop (`rows` of them in
+all), so the runtime can split a large kernel across its threads; numba's own `prange` is not
+used (its compile time is several times longer). Destination passing: kernels write into the
 output arrays they are given.
 """
 
@@ -24,6 +25,10 @@ from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
 LANES = 8  # accumulators of a vectorised row reduction
+TRANSCENDENTAL_OPS = {
+    Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
+    Op.ATAN, Op.ATAN2, Op.ERF, Op.ERFC, Op.CBRT, Op.POW,
+}  # fmt: skip
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 
 
@@ -34,10 +39,11 @@ class KernelSource:
     globals: dict
     params: list[str]  # the fused computation's parameters, in order
     outputs: list[Shape]
-    parallel: bool
+    parallel: bool  # worth splitting across threads
     kind: str
+    rows: int = 1  # the extent of the outermost loop
     dot: Instruction | None = None  # output fusions: the dot BLAS computes
-    row_blocked: bool = False
+    row_blocked: bool = False  # the dot can be computed a block of (outer-loop) rows at a time
     flat: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -103,6 +109,7 @@ class Writer:
         self.emitter = Emitter(comp, loads, self.level_of)
         self.lines: list[str] = []
         self.flat_dims: tuple[int, ...] | None = None
+        self.rows = 1
 
     def loader(self, param: str):
         rank = self.comp[param].array_shape.rank
@@ -151,9 +158,9 @@ class Writer:
         return f"out{k}[{index_str}] = {cast}"
 
     # ------------------------------------------------------------------ loop kernels
-    def loop(self, dims: tuple[int, ...], parallel: bool, row_range: bool = False) -> None:
+    def loop(self, dims: tuple[int, ...]) -> None:
         """One loop nest over `dims`; every output stored at the innermost level."""
-        if not row_range and len(dims) > 1 and flattenable(self.comp, dims):
+        if self.dot is None and len(dims) > 1 and flattenable(self.comp, dims):
             self.flat_dims = dims
             size = 1
             for d in dims:
@@ -167,16 +174,16 @@ class Writer:
         for k, member in enumerate(self.outputs):
             value = self.emitter.value(member, index)
             stores.append(self.store(k, index_text(index), value))
-        self.render_nest(dims, names, parallel, row_range, stores)
+        self.rows = dims[0] if dims else 1
+        self.render_nest(dims, names, stores)
 
-    def render_nest(self, dims, names, parallel, row_range, innermost: list[str]) -> None:
+    def render_nest(self, dims, names, innermost: list[str]) -> None:
         indent = 1
         for s in self.statements(0):
             self.add(indent, s)
         for level, (n, d) in enumerate(zip(names, dims), start=1):
-            loop = "prange" if parallel and level == 1 else "range"
-            bounds = "row_start, row_end" if row_range and level == 1 else str(d)
-            self.add(indent, f"for {n} in {loop}({bounds}):")
+            bounds = "row_start, row_end" if level == 1 else str(d)
+            self.add(indent, f"for {n} in range({bounds}):")
             indent += 1
             for s in self.statements(level):
                 self.add(indent, s)
@@ -184,8 +191,9 @@ class Writer:
             self.add(indent, s)
 
     # ------------------------------------------------------------------ input kernels
-    def input(self, full: tuple[int, ...], axes: tuple[int, ...], parallel: bool, row_range: bool) -> None:
+    def input(self, full: tuple[int, ...], axes: tuple[int, ...]) -> None:
         kept = [i for i in range(len(full)) if i not in axes]
+        self.rows = full[kept[0]] if kept else 1
         knames = [f"k{j}" for j in range(len(kept))]
         for level, n in enumerate(knames, start=1):
             self.level_of[n] = level
@@ -204,9 +212,8 @@ class Writer:
             for s in self.statements(0):
                 self.add(indent, s)
         for level, n in enumerate(knames, start=1):
-            loop = "prange" if parallel and level == 1 else "range"
-            bounds = "row_start, row_end" if row_range and level == 1 else str(full[kept[level - 1]])
-            self.add(indent, f"for {n} in {loop}({bounds}):")
+            bounds = "row_start, row_end" if level == 1 else str(full[kept[level - 1]])
+            self.add(indent, f"for {n} in range({bounds}):")
             indent += 1
             if level < row_level:
                 for s in self.statements(level):
@@ -248,7 +255,8 @@ class Writer:
     def reduction_pass(self, p, members, full, axes, kept, kept_index, row_level):
         row_deps = frozenset().union(*(i.deps for i in kept_index)) if kept_index else frozenset()
         extent = full[axes[-1]] if axes else 1
-        if len(axes) == 1 and extent >= 4 * LANES and all(r.op in LANE_OPS for r in members):
+        cheap = not any(self.transcendental_upstream(r.operands[0]) for r in members)
+        if len(axes) == 1 and extent >= 4 * LANES and cheap and all(r.op in LANE_OPS for r in members):
             return self.lane_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
         rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
         inits, updates = [], []
@@ -310,6 +318,20 @@ class Writer:
             lines += ["    " + s for s in self.emitter.statements.get(self.level_of[tail], [])]
             lines += ["    " + u for u in tail_updates]
         return inits, lines + finals, end
+
+    def transcendental_upstream(self, name: str) -> bool:
+        """Whether computing `name` calls the math library: such a body copied into every
+        lane makes numba compile for seconds, so those reductions run one lane."""
+        seen, todo = set(), [name]
+        while todo:
+            inst = self.comp[todo.pop()]
+            if inst.name in seen or inst.info.kind is Kind.REDUCTION:
+                continue
+            seen.add(inst.name)
+            if inst.op in TRANSCENDENTAL_OPS:
+                return True
+            todo.extend(inst.operands)
+        return False
 
     def merge_lanes(self, r: Instruction, a: str, b: str) -> str:
         """`a = a (op) b` for two lane accumulators of reduction `r`."""
@@ -408,8 +430,9 @@ class Writer:
         raise NotImplementedError(f"the numba backend cannot reduce with {op}")
 
     # ------------------------------------------------------------------ the whole kernel
-    def source(self, parallel: bool, row_range: bool) -> str:
-        args = (["row_start", "row_end", "dot"] if self.dot is not None else []) + self.params
+    def source(self) -> str:
+        args = ["row_start", "row_end"] + (["dot_start", "dot"] if self.dot is not None else [])
+        args += self.params
         args += [f"out{k}" for k in range(len(self.outputs))]
         header = [f"def {self.name}({', '.join(args)}):"]
         if self.flat_dims is not None:
@@ -430,30 +453,21 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
     """The source of the kernel computing the fused computation `comp`."""
     writer = Writer(comp, name, kind)
     space = reduction_space(comp)
-    row_range = writer.dot is not None
     if writer.dot is not None:
-        dot = writer.dot
-        writer.emitter.overrides[dot.name] = lambda index: _dot_load(index)
-        full = dot.array_shape.dims
-        if space is not None and 0 in space[1]:
-            row_range = False
-    if len(writer.out_shapes) and not any(s.rank for s in writer.out_shapes) and space is None:
-        row_range = False
-    work = _work(comp, space)
+        writer.emitter.overrides[writer.dot.name] = _dot_load
     if space is not None:
-        full, axes = space
-        parallel = work >= PARALLEL_MIN_ELEMENTS and len(full) > len(axes)
-        row_range = row_range and len(full) > len(axes)
-        writer.input(full, axes, parallel, row_range)
+        writer.input(*space)
+        # BLAS makes the dot a block of rows at a time when the epilogue's outer loop runs
+        # over the dot's first axis (a reduction over that axis needs the whole result).
+        blocked = 0 not in space[1] and len(space[0]) > len(space[1])
     else:
-        dims = writer.out_shapes[0].dims
-        parallel = work >= PARALLEL_MIN_ELEMENTS and len(dims) > 0
-        row_range = row_range and len(dims) > 0
-        writer.loop(dims, parallel, row_range)
-    source = writer.source(parallel, row_range)
+        writer.loop(writer.out_shapes[0].dims)
+        blocked = writer.out_shapes[0].rank > 0
+    parallel = _work(comp, space) >= PARALLEL_MIN_ELEMENTS and writer.rows > 1
     return KernelSource(
-        name, source, writer.emitter.globals, writer.params, writer.out_shapes, parallel, kind,
-        writer.dot, row_range, writer.flat_dims is not None,
+        name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
+        kind, writer.rows, writer.dot, writer.dot is not None and blocked,
+        writer.flat_dims is not None,
     )
 
 
@@ -461,7 +475,7 @@ def _dot_load(index: tuple[Ix, ...]) -> Ix:
     if not index:
         return Ix("dot[0]")
     first, *rest = index
-    local = Ix(f"{first.text} - row_start", first.deps)
+    local = Ix(f"{first.text} - dot_start", first.deps)
     deps = frozenset().union(*(i.deps for i in index))
     return Ix(f"dot[{index_text((local, *rest))}]", deps)
 

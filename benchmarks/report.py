@@ -1,0 +1,232 @@
+"""Presenting results: progress lines while the suite runs, the printed tables, and the bar
+chart of speed-ups over jax.jit (matplotlib when installed, else `png.bar_chart`).
+
+Imports numpy-free standard library only; matplotlib inside `chart`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .engines import LABELS
+
+
+class Progress:
+    """`[  12.3 s] workload  engine ... result` lines on stderr, so stdout holds the tables."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def step(self, workload: str, what: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        print(f"[{elapsed:7.1f} s] {workload:30} {what:30}", end=" ", file=sys.stderr, flush=True)
+
+    def done(self, text: str | None) -> None:
+        print(text or "", file=sys.stderr, flush=True)
+
+
+def status(result: dict, key: str) -> str:
+    if not result.get("ok"):
+        return "ERROR " + str(result.get("error", ""))[:160]
+    text = seconds(result.get(key))
+    if result.get("error"):
+        text += "  " + result["error"]
+    return text
+
+
+def seconds(value: float | None) -> str:
+    """A duration with a unit that keeps three significant figures: 812 us, 4.56 ms, 1.23 s."""
+    if value is None:
+        return "-"
+    if value < 1e-3:
+        return f"{value * 1e6:.3g} us"
+    if value < 1.0:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value:.3g} s"
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """Columns padded to their widest cell; the first `left` columns left-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *map(line, rows)])
+
+
+def tables(results: dict) -> str:
+    engines = results["meta"]["engines"]
+    others = [e for e in engines if e != "jax"]
+    notes: list[str] = []
+
+    def time_cell(row: dict, engine: str) -> str:
+        result = row["engines"].get(engine)
+        if result is None:
+            return "n/a"
+        if not result.get("ok") or result.get("error"):
+            notes.append(f"{LABELS[engine]} on {row['name']}: {_error_text(result)}")
+            mark = "ERROR" if not result.get("ok") else seconds(result.get("time_s")) + " WRONG"
+            return f"{mark} [{len(notes)}]"
+        return seconds(result.get("time_s"))
+
+    header = ["workload", *(LABELS[e] for e in engines)]
+    header += [f"{LABELS[e]} vs jax" for e in others]
+    rows = []
+    for row in results["workloads"]:
+        cells = [row["name"], *(time_cell(row, e) for e in engines)]
+        cells += [ratio(row["speedup_vs_jax"].get(e)) for e in others]
+        rows.append(cells)
+    speed = _grid(header, rows)
+
+    header = ["workload", "kernels xfuse", "kernels XLA", "xfuse compile cold", "warm"]
+    header += ["jax.jit compile", "bytes moved"]
+    header += [f"BW {LABELS[e]}" for e in engines]
+    rows = []
+    for row in results["workloads"]:
+        kernels, compile_ = row["kernels"], row["compile"]
+        cold = seconds(compile_["xfuse_cold_s"])
+        if compile_.get("xfuse_cold_error"):
+            cold = "ERROR"
+        cells = [
+            row["name"],
+            _count(kernels["xfuse"]),
+            _count(kernels["xla"]),
+            cold,
+            seconds(compile_["xfuse_warm_s"]),
+            seconds(compile_["jax_s"]),
+            _megabytes(row["bytes_moved"]),
+        ]
+        fractions = row["bandwidth_fraction"] if row["memory_bound"] else {}
+        cells += [percent(fractions.get(e)) for e in engines]
+        rows.append(cells)
+    costs = _grid(header, rows)
+
+    meta, bandwidth = results["meta"], results["bandwidth"]
+    lines = [
+        f"xfuse benchmarks, {meta['date']}, {meta['machine']['cpu']} "
+        f"({meta['machine']['cores']} cores), xfuse backend: {meta['xfuse_backend']}"
+        + (", QUICK mode" if meta["quick"] else ""),
+        "",
+        "Median time per call; 'vs jax' is the speed-up over jax.jit (jax.jit time / engine "
+        "time, above 1x is faster).",
+        "",
+        speed,
+        "",
+        "Kernels launched (xfuse: compiled.kernel_count(); XLA: compute instructions of the "
+        "optimised ENTRY computation).",
+        "Compile: lower + compile + first call; cold = first fresh process, warm = a second one.",
+        "BW: (inputs + outputs bytes) / time as a fraction of the NumPy copy bandwidth, for the "
+        "memory-bound workloads.",
+        "",
+        costs,
+        "",
+        _load_line(meta),
+        "copy bandwidth (np.copyto, read + write, "
+        f"{_megabytes(bandwidth.get('buffer_bytes', 0))} buffer): "
+        + (f"{bandwidth['gbps']:.1f} GB/s" if bandwidth.get("gbps") else "ERROR"),
+    ]
+    for engine, summary in results["summary"].items():
+        mean = summary["geomean_speedup_vs_jax"]
+        lines.append(
+            f"geometric mean speed-up of {LABELS[engine]} over jax.jit: {ratio(mean)} "
+            f"over {summary['workloads_counted']} of {summary['workloads_run']} workloads"
+        )
+    if notes:
+        lines += ["", "Errors and wrong results:"]
+        lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def _load_line(meta: dict) -> str:
+    before, after = meta.get("load_average_before"), meta.get("load_average_after")
+    if not before:
+        return "load average: unknown"
+    text = f"load average (1 min) before/after the run: {before[0]:.2f} / {after[0]:.2f}"
+    cores = meta["machine"].get("cores") or 1
+    if before[0] > 0.5 * cores or after[0] > cores:  # the suite itself keeps about one busy
+        text += "  -- the machine was busy with other work; timings are pessimistic"
+    return text
+
+
+def _error_text(result: dict) -> str:
+    text = str(result.get("error"))
+    check = result.get("check")
+    if check and not check.get("ok"):
+        text += (
+            f" (max abs error {check['max_abs_err']:.3g}, tolerance {check['tolerance']:.3g}, "
+            f"dtype {check['dtype']}, shape ok: {check['shape_ok']})"
+        )
+    return text
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _megabytes(value: int) -> str:
+    if value < 2**20:
+        return f"{value / 1024:.3g} KiB"
+    return f"{value / 2**20:.3g} MiB"
+
+
+# --------------------------------------------------------------------------- chart
+
+
+def chart_series(results: dict) -> tuple[list[str], dict[str, list[float | None]]]:
+    """Workload names and, per engine other than jax, its speed-up over jax.jit (None: none)."""
+    engines = [e for e in results["meta"]["engines"] if e != "jax"]
+    names = [row["name"] for row in results["workloads"]]
+    series = {
+        LABELS[e]: [row["speedup_vs_jax"].get(e) for row in results["workloads"]] for e in engines
+    }
+    return names, series
+
+
+def chart(results: dict, path: Path) -> str:
+    """Draws the speed-up bar chart at `path`; returns how it was drawn."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names, series = chart_series(results)
+    title = f"speed-up over jax.jit ({results['meta']['date']}, {results['meta']['machine']['cpu']})"
+    try:
+        import matplotlib
+    except ImportError:
+        from .png import bar_chart
+
+        bar_chart(path, names, series, title)
+        return f"{path} (drawn without matplotlib)"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(12, 5.5), layout="constrained")
+    width = 0.8 / max(1, len(series))
+    for index, (label, values) in enumerate(series.items()):
+        xs = [i + (index - (len(series) - 1) / 2) * width for i in range(len(names))]
+        heights = [v - 1.0 if v else 0.0 for v in values]  # bars grow up or down from 1x
+        axes.bar(xs, heights, width, bottom=1.0, label=label)
+        for x, v in zip(xs, values):
+            text = "n/a" if v is None else f"{v:.2g}"
+            where = "bottom" if (v or 1.0) >= 1.0 else "top"
+            axes.text(x, v or 1.0, text, ha="center", va=where, fontsize=6)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_yscale("log")
+    axes.set_ylabel("speed-up over jax.jit (log scale)")
+    axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    axes.set_title(title, fontsize=10)
+    axes.legend()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return str(path)

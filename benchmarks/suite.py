@@ -1,0 +1,261 @@
+"""The benchmark driver: runs every engine x workload in its own subprocess (one at a time, so
+no two thread pools share the 2 cores), gathers their JSON, derives speed-ups over jax.jit,
+bandwidth fractions and the geometric mean, then prints the tables and writes JSON and PNG.
+
+`main(argv)` is both `python -m benchmarks` and `xfuse bench`. Imports numpy only; the engines
+are imported by the worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import report
+from .engines import ENGINES
+from .workloads import Workload, select
+
+PACKAGE = __package__ or "benchmarks"
+ROOT = Path(__file__).resolve().parent.parent  # the folder that holds the `benchmarks` package
+RESULTS = Path(__file__).resolve().parent / "results"
+WORKER_TIMEOUT_S = 600
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter timing runs")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run only workloads whose name contains NAME (repeatable)",
+    )
+    parser.add_argument(
+        "--engines",
+        default="xfuse,jax,numpy,numexpr",
+        help="comma-separated engines to run (default: all)",
+    )
+    parser.add_argument("--backend", default=None, help="xfuse backend (default: xfuse's own)")
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS / "latest.json", help="where to write the results"
+    )
+    parser.add_argument(
+        "--png", type=Path, default=RESULTS / "latest.png", help="where to draw the chart"
+    )
+    parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+
+
+def run_worker(arguments: list[str], quick: bool, backend: str | None) -> dict:
+    """Runs `python -m benchmarks.worker ARGUMENTS` in a fresh process; its JSON, or an error."""
+    from .worker import MARKER
+
+    command = [sys.executable, "-m", f"{PACKAGE}.worker", *arguments]
+    if quick:
+        command.append("--quick")
+    if backend:
+        command += ["--backend", backend]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=WORKER_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
+    wall = time.perf_counter() - started
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(MARKER):
+            result = json.loads(line[len(MARKER) :])
+            result["process_wall_s"] = wall
+            return result
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return {
+        "ok": False,
+        "error": f"worker exited with {done.returncode} and no result: {' | '.join(tail)}",
+        "process_wall_s": wall,
+    }
+
+
+def machine() -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform()}
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages: other work on the machine skews the timings."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("xfuse", "jax", "jaxlib", "numpy", "numba", "numexpr"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def derive(workload: Workload, engines: dict, compile_cold: dict | None, copy_gbps: float) -> dict:
+    """One workload's row: the worker results plus speed-ups, bandwidth and kernel counts."""
+    row: dict = {
+        "name": workload.name,
+        "description": workload.description,
+        "shapes": [list(s) for s in workload.shapes],
+        "out_shape": list(workload.out_shape),
+        "bytes_moved": workload.bytes_moved(),
+        "matmul_flops": workload.flops,
+        "memory_bound": workload.memory_bound,
+        "engines": engines,
+    }
+    times = {
+        name: r["time_s"]
+        for name, r in engines.items()
+        if r.get("ok") and r.get("error") is None and "time_s" in r
+    }
+    jax_time = times.get("jax")
+    row["speedup_vs_jax"] = {
+        name: (jax_time / t if jax_time else None) for name, t in times.items() if name != "jax"
+    }
+    row["bandwidth_fraction"] = {
+        name: workload.bytes_moved() / t / 1e9 / copy_gbps if copy_gbps else None
+        for name, t in times.items()
+    }
+    xf, xla = engines.get("xfuse", {}), engines.get("jax", {})
+    row["kernels"] = {"xfuse": xf.get("kernel_count"), "xla": xla.get("xla_kernel_count")}
+    cold = compile_cold or {}
+    row["compile"] = {
+        "xfuse_cold_s": cold.get("time_to_first_result_s"),
+        "xfuse_warm_s": xf.get("time_to_first_result_s"),
+        "xfuse_cold_error": cold.get("error"),
+        "jax_s": (xla.get("compile_s") or 0) + (xla.get("first_call_s") or 0) or None,
+    }
+    return row
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def summarize(rows: list[dict], engines: list[str]) -> dict:
+    summary = {}
+    for engine in engines:
+        if engine == "jax":
+            continue
+        speedups = [r["speedup_vs_jax"].get(engine) for r in rows]
+        present = [s for s in speedups if s]
+        summary[engine] = {
+            "geomean_speedup_vs_jax": geometric_mean(present),
+            "workloads_counted": len(present),
+            "workloads_run": sum(1 for r in rows if engine in r["engines"]),
+        }
+    return summary
+
+
+def run(args: argparse.Namespace) -> dict:
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = sorted(set(engines) - set(ENGINES))
+    if unknown:
+        raise SystemExit(f"unknown engine {', '.join(unknown)}; choose from {', '.join(ENGINES)}")
+    workloads = select(args.only)
+    # A kernel cache of the run's own: the cold compile process finds it empty, the timing
+    # process after it finds what the cold one stored (the warm compile).
+    cache = tempfile.mkdtemp(prefix="xfuse-bench-cache-")
+    os.environ["XFUSE_CACHE_DIR"] = cache
+    try:
+        return _run(args, engines, workloads)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
+    load_before = _load_average()
+    begun = time.perf_counter()
+    log = report.Progress()
+
+    log.step("bandwidth", "numpy copy")
+    bandwidth = run_worker(["bandwidth"], args.quick, None)
+    copy_gbps = bandwidth.get("gbps") or 0.0
+    log.done(f"{copy_gbps:.1f} GB/s" if copy_gbps else bandwidth.get("error"))
+
+    rows = []
+    for workload in workloads:
+        results: dict = {}
+        cold = None
+        if "xfuse" in engines:
+            log.step(workload.name, "xfuse compile (cold process)")
+            cold = run_worker(["compile", workload.name], args.quick, args.backend)
+            log.done(report.status(cold, "time_to_first_result_s"))
+        for engine in engines:
+            if engine not in workload.engines():
+                continue
+            log.step(workload.name, engine)
+            results[engine] = run_worker(["time", engine, workload.name], args.quick, args.backend)
+            log.done(report.status(results[engine], "time_s"))
+        rows.append(derive(workload, results, cold, copy_gbps))
+
+    return {
+        "meta": {
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(),
+            "versions": versions(),
+            "quick": args.quick,
+            "engines": engines,
+            "xfuse_backend": args.backend or "default",
+            "suite_wall_s": time.perf_counter() - begun,
+            "load_average_before": load_before,
+            "load_average_after": _load_average(),
+            "xla_kernel_rule": (
+                "instructions of the ENTRY computation of jax.jit(f).lower(*args).compile()"
+                ".as_text(), except parameter, constant, tuple, get-tuple-element, bitcast, "
+                "copy-start, copy-done, after-all, opt-barrier, add-dependency, partition-id, "
+                "replica-id"
+            ),
+        },
+        "bandwidth": bandwidth,
+        "workloads": rows,
+        "summary": summarize(rows, engines),
+    }
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Benchmark xfuse against jax.jit, NumPy and numexpr."
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.list:
+        for workload in select(args.only):
+            print(f"{workload.name:32} {workload.description}")
+        return 0
+    results = run(args)
+    print()
+    print(report.tables(results))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=1) + "\n")
+    chart = report.chart(results, args.png)
+    print(f"\nresults: {args.json}\nchart:   {chart}")
+    return 0

@@ -1,0 +1,164 @@
+"""One measurement in one fresh process: `python -m benchmarks.worker TASK ...` prints a single
+line `BENCH_RESULT {json}` on stdout and exits 0, also when the engine failed (the error is in
+the JSON). Tasks:
+
+    time ENGINE WORKLOAD     compile (if the engine compiles), warm up, time, check the result
+    compile WORKLOAD         xfuse only: lower + compile + first call, and the kernel count
+    bandwidth                NumPy copy of a large, already-touched buffer
+
+Timing: warm-up calls until `warmup_s` has passed (at least two), then `repeats` samples of
+`number` back-to-back calls each (`number` makes a sample last about `sample_s`, so tiny
+workloads are not timer-bound); the result is the median sample divided by `number`. Enough
+repeats for about `total_s` in all, at least `min_repeats` (fewer for workloads that take
+over half a second a call). The garbage collector is off while timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+MARKER = "BENCH_RESULT "
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    warmup_s: float
+    sample_s: float
+    total_s: float
+    min_repeats: int
+    max_repeats: int
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> TimingPlan:
+        if quick:
+            return cls(warmup_s=0.02, sample_s=0.005, total_s=0.05, min_repeats=3, max_repeats=10)
+        return cls(warmup_s=0.1, sample_s=0.02, total_s=0.3, min_repeats=5, max_repeats=40)
+
+
+def measure(call: Callable[[], object], plan: TimingPlan) -> dict:
+    """Median time per call of `call` under `plan`, with the numbers behind it."""
+    warm_times = []
+    started = time.perf_counter()
+    while len(warm_times) < 2 or time.perf_counter() - started < plan.warmup_s:
+        t0 = time.perf_counter()
+        call()
+        warm_times.append(time.perf_counter() - t0)
+    estimate = max(statistics.median(warm_times[1:]), 1e-9)
+    number = max(1, round(plan.sample_s / estimate))
+    repeats = math.ceil(plan.total_s / (number * estimate))
+    low = plan.min_repeats if estimate < 0.5 else max(3, plan.min_repeats - 2)
+    repeats = min(max(repeats, low), plan.max_repeats)
+
+    samples = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                call()
+            samples.append((time.perf_counter() - t0) / number)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {
+        "time_s": statistics.median(samples),
+        "min_s": min(samples),
+        "max_s": max(samples),
+        "number": number,
+        "repeats": repeats,
+        "warmup_calls": len(warm_times),
+        "samples_s": samples,
+    }
+
+
+def task_time(engine: str, workload_name: str, quick: bool, backend: str | None) -> dict:
+    from .engines import prepare
+    from .workloads import BY_NAME, check, reference
+
+    workload = BY_NAME[workload_name]
+    result: dict = {"task": "time", "engine": engine, "workload": workload_name, "quick": quick}
+    inputs = workload.inputs(seed=0)
+    try:
+        prepared = prepare(engine, workload, inputs, backend)
+        result.update(prepared.info)
+        result.update(measure(prepared.call, TimingPlan.for_mode(quick)))
+        output = prepared.to_numpy(prepared.call())
+    except Exception as error:
+        result.update(ok=False, error=_describe(error))
+        return result
+    # The float64 reference runs after timing, so its BLAS threads cannot disturb it.
+    result["check"] = check(output, reference(workload, inputs))
+    result["ok"] = True
+    result["error"] = None if result["check"]["ok"] else "wrong result (see check)"
+    return result
+
+
+def task_compile(workload_name: str, backend: str | None) -> dict:
+    from .engines import prepare
+    from .workloads import BY_NAME
+
+    workload = BY_NAME[workload_name]
+    result: dict = {"task": "compile", "engine": "xfuse", "workload": workload_name}
+    try:
+        result.update(prepare("xfuse", workload, workload.inputs(seed=0), backend).info)
+        result.update(ok=True, error=None)
+    except Exception as error:
+        result.update(ok=False, error=_describe(error))
+    return result
+
+
+def task_bandwidth(quick: bool) -> dict:
+    """Copy bandwidth: bytes read plus bytes written per second by `np.copyto`."""
+    nbytes = (64 if quick else 256) * 2**20
+    source = np.ones(nbytes // 4, dtype=np.float32)
+    target = np.zeros_like(source)  # zeros_like writes the pages, so they are touched
+    target[...] = 2.0
+    timing = measure(lambda: np.copyto(target, source), TimingPlan.for_mode(quick))
+    timing["gbps"] = 2 * nbytes / timing["time_s"] / 1e9
+    timing.update(task="bandwidth", buffer_bytes=nbytes, ok=True, error=None)
+    return timing
+
+
+def _describe(error: BaseException) -> str:
+    """The exception and the innermost frames of its traceback, short enough for a table."""
+    frames = traceback.extract_tb(error.__traceback__)[-3:]
+    where = "; ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in frames)
+    message = str(error).strip().splitlines()
+    first = message[0] if message else ""
+    return f"{type(error).__name__}: {first[:300]} [{where}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.worker")
+    parser.add_argument("task", choices=("time", "compile", "bandwidth"))
+    parser.add_argument("names", nargs="*", help="ENGINE WORKLOAD for time, WORKLOAD for compile")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--backend", default=None, help="xfuse backend (default: xfuse's)")
+    args = parser.parse_args(argv)
+    if args.task == "time":
+        engine, workload = args.names
+        result = task_time(engine, workload, args.quick, args.backend)
+    elif args.task == "compile":
+        (workload,) = args.names
+        result = task_compile(workload, args.backend)
+    else:
+        result = task_bandwidth(args.quick)
+    sys.stdout.flush()
+    print(MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The on-disk kernel cache, across real processes: a second process loads instead of compiling;
+truncated, altered or foreign entries give a CacheWarning and a recompile with right results;
+the cache can be turned off or pointed at an unusable place; two processes compiling the same
+kernels at once both succeed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, warnings
+    import numpy as np
+    import jax.numpy as jnp
+    import xfuse
+    from xfuse.backends.numba import cache
+
+    def f(x, y):
+        return jnp.tanh(x) * 2.0 + jnp.exp(-y), jnp.sum(x * y, axis=1)
+
+    x = np.linspace(-3, 3, 64 * 48, dtype=np.float32).reshape(64, 48)
+    y = np.cos(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a, s = xfuse.jit(f)(x, y)
+    print("RESULT " + json.dumps({
+        "hits": cache.stats.hits, "misses": cache.stats.misses, "rejected": cache.stats.rejected,
+        "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+        "a": np.asarray(a).tolist(), "s": np.asarray(s).tolist(),
+    }))
+""")
+
+
+def run(cache_dir, *, check=True) -> dict:
+    env = dict(os.environ, XFUSE_CACHE_DIR=str(cache_dir))
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def expected():
+    x = np.linspace(-3, 3, 64 * 48, dtype=np.float32).reshape(64, 48)
+    y = np.cos(x)
+    return np.tanh(x) * 2 + np.exp(-y), (x.astype(np.float64) * y).sum(axis=1)
+
+
+def assert_right(result):
+    a, s = expected()
+    np.testing.assert_allclose(np.array(result["a"], np.float32), a, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.array(result["s"]), s, rtol=1e-5, atol=1e-4)
+
+
+def entries(cache_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in cache_dir.glob("kernels/*/*/manifest.json"))
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A cache filled by one process, and that process's result."""
+    cache_dir = tmp_path_factory.mktemp("cache")
+    return cache_dir, run(cache_dir)
+
+
+def copy_of(cache_dir: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "cache"
+    shutil.copytree(cache_dir, target)
+    return target
+
+
+def test_first_process_compiles_and_stores(warm):
+    cache_dir, first = warm
+    assert first["misses"] >= 1 and first["hits"] == 0 and first["rejected"] == 0
+    assert first["warnings"] == []
+    assert len(entries(cache_dir)) == first["misses"]
+    for entry in entries(cache_dir):
+        manifest = json.loads((entry / "manifest.json").read_text())
+        assert any(name.endswith(".nbc") for name in manifest["files"]), manifest
+    assert_right(first)
+
+
+def test_second_process_loads_instead_of_compiling(warm):
+    cache_dir, first = warm
+    second = run(cache_dir)
+    assert second["hits"] == first["misses"] and second["misses"] == 0, second
+    assert second["warnings"] == []
+    assert second["a"] == first["a"] and second["s"] == first["s"]
+
+
+@pytest.mark.parametrize("damage", ["truncate_code", "empty_index", "flip_a_byte", "garbage_manifest",
+                                    "other_kernel_text", "drop_manifest_entry"])
+def test_a_damaged_entry_warns_and_recompiles(warm, tmp_path, damage):
+    cache_dir = copy_of(warm[0], tmp_path)
+    entry = entries(cache_dir)[0]
+    code = next((entry / "__pycache__").glob("*.nbc"))
+    if damage == "truncate_code":
+        code.write_bytes(code.read_bytes()[: code.stat().st_size // 2])
+    elif damage == "empty_index":
+        next((entry / "__pycache__").glob("*.nbi")).write_bytes(b"")
+    elif damage == "flip_a_byte":
+        data = bytearray(code.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        code.write_bytes(bytes(data))
+    elif damage == "garbage_manifest":
+        (entry / "manifest.json").write_bytes(b"\x00{not json")
+    elif damage == "other_kernel_text":
+        (entry / "kernel.py").write_text("def k(): pass\n")
+    elif damage == "drop_manifest_entry":
+        manifest = json.loads((entry / "manifest.json").read_text())
+        manifest["files"].pop(code.relative_to(entry).as_posix())
+        (entry / "manifest.json").write_text(json.dumps(manifest))
+    again = run(cache_dir)
+    assert again["rejected"] == 1 and again["misses"] == 1, again
+    assert any("CacheWarning" in w and "compiling" in w for w in again["warnings"]), again["warnings"]
+    assert_right(again)
+    healed = run(cache_dir)
+    assert healed["misses"] == 0 and healed["rejected"] == 0 and healed["warnings"] == []
+
+
+def test_a_process_killed_before_its_manifest_is_not_trusted(warm, tmp_path):
+    """numba's files without a manifest: maybe half a story; compiled again, quietly."""
+    cache_dir = copy_of(warm[0], tmp_path)
+    for entry in entries(cache_dir):
+        (entry / "manifest.json").unlink()
+    again = run(cache_dir)
+    assert again["hits"] == 0 and again["misses"] == warm[1]["misses"] and again["warnings"] == []
+    assert_right(again)
+
+
+def test_cache_off_writes_nothing(tmp_path):
+    result = run("off")
+    assert result["hits"] == result["misses"] == 0
+    assert_right(result)
+
+
+def test_an_unusable_cache_directory_warns_and_still_runs(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = run(blocker / "cache")
+    assert result["hits"] == result["misses"] == 0
+    assert any("CacheWarning" in w and "without caching" in w for w in result["warnings"])
+    assert_right(result)
+
+
+def test_two_processes_filling_one_cache_at_once_both_succeed(tmp_path):
+    env = dict(os.environ, XFUSE_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        result = json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:])
+        assert_right(result)
+        assert result["rejected"] == 0
+    after = run(tmp_path)
+    assert after["misses"] == 0 and after["rejected"] == 0, after
