@@ -28,11 +28,13 @@ def num_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def set_num_threads(n: int) -> None:
-    """How many threads run one kernel (1: every kernel runs on the calling thread)."""
+def set_num_threads(n: int | None) -> None:
+    """How many threads run one kernel (1: every kernel runs on the calling thread; None: back
+    to `XFUSE_NUM_THREADS` or the number of cores)."""
     global _threads, _pool
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"the thread count must be a positive integer, got {n!r}")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise ValueError(f"the thread count must be a positive integer or None, got {n!r}")
+    n = n or 0
     with _lock:
         _threads = n
         if _pool is not None:

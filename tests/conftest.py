@@ -1,5 +1,6 @@
 """Shared pytest set-up: a hypothesis profile with no deadline (2-core CI machines are slow
-and jit compiles vary), derandomised under CI so failures reproduce."""
+and jit compiles vary), derandomised under CI so failures reproduce; a kernel cache directory
+of the session's own."""
 
 import os
 
@@ -16,3 +17,13 @@ settings.register_profile(
     derandomize=True,
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+# Kernels compiled by the tests go to a cache of the session's own, not the user's.
+if "XFUSE_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _cache = tempfile.mkdtemp(prefix="xfuse-test-cache-")
+    os.environ["XFUSE_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, True)

@@ -48,7 +48,8 @@ def make_dot(lhs: Shape, rhs: Shape, contracting, batch, out_dtype: DType) -> Ca
         b3 = np.transpose(b, rperm).reshape(rshape)
         if a3.dtype != work:
             a3, b3 = a3.astype(work), b3.astype(work)
-        np.matmul(a3, b3, out=out.reshape(a3.shape[0], a3.shape[1], b3.shape[2]))
+        with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
+            np.matmul(a3, b3, out=out.reshape(a3.shape[0], a3.shape[1], b3.shape[2]))
 
     return dot
 
@@ -191,7 +192,8 @@ def _block_dot(a, b, out, lhs, rhs, contracting, batch, work) -> None:
     b3 = b_t.reshape(bsize, k, n)
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
-    np.matmul(a3, b3, out=out.reshape(bsize, m, n))
+    with np.errstate(all="ignore"):
+        np.matmul(a3, b3, out=out.reshape(bsize, m, n))
 
 
 # ---------------------------------------------------------------------------- module

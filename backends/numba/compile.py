@@ -12,7 +12,7 @@ from types import ModuleType
 import numba
 import numpy as np
 
-from . import cache, mathlib, scalar
+from . import cache, mathlib, rows, scalar
 from .kernels import KernelSource
 
 HEADER = "import numpy as np\n\n"
@@ -36,6 +36,11 @@ def _called_forms(module) -> ModuleType:
 
 CALLED_MATHLIB = _called_forms(mathlib)
 CALLED_SCALAR = _called_forms(scalar)
+CALLED_ROWS = ModuleType("rows_called")
+for _name in rows.SUMS + rows.EXTREMES:
+    _flags = {"reassoc"} if _name in rows.SUMS else set()
+    setattr(CALLED_ROWS, _name, numba.njit(error_model="numpy", nogil=True, cache=False,
+                                           fastmath=_flags)(getattr(rows, _name)))
 
 
 def namespace(source: KernelSource) -> dict:
@@ -43,6 +48,7 @@ def namespace(source: KernelSource) -> dict:
         "np": np,
         "scalar": CALLED_SCALAR,
         "mathlib": CALLED_MATHLIB,
+        "rows": CALLED_ROWS,
         "inline": helper,
         **source.globals,
     }

@@ -179,13 +179,15 @@ class Emitter:
             return f"scalar.is_finite({a[0]})"
         if op is Op.EXP2:  # as jax lowers it: exp(log(2) * x), both rounded to x's dtype
             ln2 = literal(float(np.asarray(np.log(2.0), operand_dtype.numpy)), out)
-            return f"{T}(mathlib.exp_{self.variant(cd)}({T}({ln2} * {a[0]})))"
+            product = self.narrow(f"{T}({ln2} * {a[0]})", out)
+            return f"{T}(mathlib.exp_{self.variant(cd)}({product}))"
         if op in UNARY_FLOAT_LIB:
             return f"{T}(mathlib.{UNARY_FLOAT_LIB[op]}_{self.variant(cd)}({a[0]}))"
         if op is Op.ATAN2:
             return f"{T}(mathlib.atan2_{self.variant(cd)}({a[0]}, {a[1]}))"
-        if op is Op.POW:
-            y = a[1] if self.comp[inst.operands[1]].shape.dtype == operand_dtype else f"{T}({a[1]})"
+        if op is Op.POW:  # an integer exponent is converted to x's dtype first, as in jax
+            y_dtype = self.comp[inst.operands[1]].shape.dtype
+            y = a[1] if y_dtype == operand_dtype else self.narrow(f"{T}({a[1]})", out)
             return f"{T}(mathlib.pow_{self.variant(cd)}({a[0]}, {y}))"
         if op in (Op.MAX, Op.MIN):
             if out.is_pred:
@@ -231,12 +233,19 @@ class Emitter:
         acc, power = None, x
         while y > 0:
             if y & 1:
-                acc = power if acc is None else f"{T}({acc} * {power})"
+                acc = power if acc is None else self.narrow(f"{T}({acc} * {power})", out)
             y >>= 1
             if y:
-                power = f"{T}({power} * {power})"
+                power = self.narrow(f"{T}({power} * {power})", out)
         expr = acc if acc is not None else literal(1, out)
-        return f"{T}({literal(1, out)} / {expr})" if reciprocal else f"{T}({expr})"
+        return self.narrow(f"{T}({literal(1, out)} / {expr})", out) if reciprocal else f"{T}({expr})"
+
+    def narrow(self, expr: str, dtype: DType) -> str:
+        """An f16/bf16 intermediate (held in f32) rounded to its dtype, where XLA rounds it
+        too: inside integer_pow's multiplications, exp2's product, pow's converted exponent."""
+        if dtype in (DType.F16, DType.BF16):
+            return f"scalar.round_{dtype.value}(np.float32({expr}))"
+        return expr
 
     def convert(self, x: str, source: DType, target: DType) -> str:
         T = np_name(target)
@@ -404,16 +413,16 @@ def _int_div_source(kind: str, dtype: DType) -> str:
         if kind == "div":
             body = (
                 f"    safe = y if {guard} else {T}(1)\n"
-                "    q = x // safe\n"
-                "    r = x - q * safe\n"
-                f"    q = q + {T}(1) if (r != 0) & ((r < 0) != (x < 0)) else q\n"
+                "    q = x // safe\n"  # floor; to zero where the floor remainder is not 0
+                "    m = x % safe\n"  # and the signs differ (x - q * safe could overflow)
+                f"    q = q + {T}(1) if (m != 0) & ((x < 0) != (safe < 0)) else q\n"
                 f"    return q if y != 0 else {T}(-1)\n"
             )
         else:
             body = (
                 f"    safe = y if {guard} else {T}(1)\n"
-                "    r = x - (x // safe) * safe\n"
-                "    r = r - safe if (r != 0) & ((r < 0) != (x < 0)) else r\n"
+                "    m = x % safe\n"  # floor remainder, sign of y; lax's has the sign of x
+                "    r = m - safe if (m != 0) & ((x < 0) != (safe < 0)) else m\n"
                 "    return r if y != 0 else x\n"
             )
     else:

@@ -15,11 +15,12 @@ output arrays they are given.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from xfuse.hlo import Computation, Instruction, Kind, Op, Shape, TupleShape
+from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleShape
 
 from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
@@ -29,6 +30,7 @@ TRANSCENDENTAL_OPS = {
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
     Op.ATAN, Op.ATAN2, Op.ERF, Op.ERFC, Op.CBRT, Op.POW,
 }  # fmt: skip
+ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}  # through `rows`
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 
 
@@ -110,6 +112,7 @@ class Writer:
         self.lines: list[str] = []
         self.flat_dims: tuple[int, ...] | None = None
         self.rows = 1
+        self.scratch: list[str] = []  # row buffers, allocated once per call
 
     def loader(self, param: str):
         rank = self.comp[param].array_shape.rank
@@ -255,6 +258,8 @@ class Writer:
     def reduction_pass(self, p, members, full, axes, kept, kept_index, row_level):
         row_deps = frozenset().union(*(i.deps for i in kept_index)) if kept_index else frozenset()
         extent = full[axes[-1]] if axes else 1
+        if self.row_sums(members, full, axes):
+            return self.buffer_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
         cheap = not any(self.transcendental_upstream(r.operands[0]) for r in members)
         if len(axes) == 1 and extent >= 4 * LANES and cheap and all(r.op in LANE_OPS for r in members):
             return self.lane_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
@@ -271,6 +276,55 @@ class Writer:
         end = self.mark(row_level)
         loop_lines = self.reduced_loop_lines(p, rnames, [full[a] for a in axes], updates)
         return inits, loop_lines, end
+
+    def row_sums(self, members, full, axes) -> bool:
+        """Whether a phase is f32/f64 sums, maxima and minima along the last axis, long enough
+        to vectorise: those go through `rows`."""
+        if len(axes) != 1 or axes[0] != len(full) - 1 or full[axes[0]] < 4 * LANES:
+            return False
+        return all(r.op in ROW_OPS and r.shape.dtype in (DType.F32, DType.F64)
+                   and self.comp[r.operands[0]].shape.dtype == r.shape.dtype for r in members)
+
+    def buffer_pass(self, p, members, full, axes, kept, kept_index, row_level, row_deps):
+        """Row sums in two steps: the summand of every column into a row buffer (a loop with
+        no carried value, so it vectorises, transcendentals included), then `rows.sum_*`, whose
+        additions alone may be reordered into vector lanes. Later passes over the same row
+        read the buffer instead of computing the summand again (softmax's exp)."""
+        rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
+        axis, extent, var = axes[0], full[axes[0]], rnames[0]
+        inits, updates, finals = [], [], []
+        for r in members:
+            tag = r.name.replace(".", "_").replace("-", "_")
+            buf, acc = f"buf_{tag}", f"acc_{tag}"
+            dtype = r.shape.dtype
+            fn = f"rows.{ROW_OPS[r.op]}_{dtype.value}"
+            summand = self.emitter.value(r.operands[0], full_index)
+            direct = re.fullmatch(rf"(row\d+)\[{var}\]", summand.text)
+            if direct:  # the row of an input itself
+                finals.append(f"{acc} = {fn}({direct[1]}[:{extent}])")
+            else:
+                self.scratch.append(f"{buf} = np.empty({extent}, {np_name(dtype)})")
+                updates.append(f"{buf}[{var}] = {summand.text}")
+                finals.append(f"{acc} = {fn}({buf})")
+            result = Ix(acc, row_deps)
+            self.emitter.overrides[r.name] = lambda index, result=result: result
+            if updates and updates[-1].startswith(buf) and r.operands[0] not in self.emitter.overrides:
+                self.reuse_row(r.operands[0], buf, axis, kept, kept_index, row_deps)
+        end = self.mark(row_level)
+        loop_lines = self.reduced_loop_lines(p, rnames, [extent], updates) if updates else []
+        return inits, loop_lines + finals, end
+
+    def reuse_row(self, name, buf, axis, kept, kept_index, row_deps) -> None:
+        """Reads of `name` in this row at a loop index come from `buf`, once it is full."""
+        emitter = self.emitter
+
+        def load(index: tuple[Ix, ...]) -> Ix:
+            same_row = all(index[pos].text == ix.text for pos, ix in zip(kept, kept_index))
+            if same_row and index[axis].deps:
+                return Ix(f"{buf}[{index[axis].text}]", index[axis].deps | row_deps)
+            return emitter.compute(self.comp[name], index)
+
+        emitter.overrides[name] = load
 
     def lane_pass(self, p, members, full, axes, kept, kept_index, row_level, row_deps):
         """A one-axis reduction with LANES accumulators, combined after the loop: the lanes
@@ -445,6 +499,7 @@ class Writer:
             for k in range(len(self.outputs)):
                 if self.out_shapes[k].rank:
                     header.append(f"    out{k} = out{k}.reshape({size})")
+        header += ["    " + line for line in self.scratch]
         helpers = list(self.emitter.helpers.values())
         return "\n".join(helpers + [""] + header + self.lines) + "\n"
 

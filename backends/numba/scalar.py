@@ -54,42 +54,6 @@ def is_finite(x):
     return (x - x) == 0
 
 
-def make_int_div(bits: int, signed: bool):
-    """Division and remainder of one integer type, with lax's edge cases."""
-    if signed:
-        lo = -(2 ** (bits - 1))
-
-        @inline
-        def div(x, y):
-            safe = y if (y != 0) & ~((x == lo) & (y == -1)) else 1
-            q = x // safe
-            r = x - q * safe
-            q = q + 1 if (r != 0) & ((r < 0) != (x < 0)) else q  # floor -> toward zero
-            return q if y != 0 else -1
-
-        @inline
-        def rem(x, y):
-            safe = y if (y != 0) & ~((x == lo) & (y == -1)) else 1
-            r = x - (x // safe) * safe
-            r = r - safe if (r != 0) & ((r < 0) != (x < 0)) else r
-            return r if y != 0 else x
-
-    else:
-        ones = 2**bits - 1
-
-        @inline
-        def div(x, y):
-            safe = y if y != 0 else 1
-            return x // safe if y != 0 else ones
-
-        @inline
-        def rem(x, y):
-            safe = y if y != 0 else 1
-            return x % safe if y != 0 else x
-
-    return div, rem
-
-
 # ---------------------------------------------------------------------------- bit casts
 @intrinsic
 def f32_bits(typingctx, x):

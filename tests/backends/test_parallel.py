@@ -1,0 +1,133 @@
+"""Kernels split their rows over the runtime's threads above PARALLEL_MIN_ELEMENTS and run on
+the calling thread below it; the split changes no result; the thread count is configurable."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xfuse
+from xfuse.backends.numba.kernels import PARALLEL_MIN_ELEMENTS
+from xfuse.runtime import parallel
+
+
+def mlp_softmax(x, w, b):
+    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
+
+
+def row_softmax(x):
+    return jax.nn.softmax(x, axis=-1)
+
+
+def layer_norm(x, gamma, beta):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-5) * gamma + beta
+
+
+def chain(x):
+    return jnp.tanh(x) * jax.nn.sigmoid(1.5 * x) + 0.5 * x
+
+
+def inputs(name: str, rows: int, cols: int):
+    rng = np.random.default_rng(7)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    if name == "mlp_softmax":
+        return mlp_softmax, (f(rows, 64), f(64, cols) * 0.1, f(cols))
+    if name == "row_softmax":
+        return row_softmax, (f(rows, cols),)
+    if name == "layer_norm":
+        return layer_norm, (f(rows, cols), f(cols), f(cols))
+    return chain, (f(rows, cols),)
+
+
+class Spy:
+    """Records the chunks handed to the pool (the real pool runs them) and their threads."""
+
+    def __init__(self, real):
+        self.real = real
+        self.submitted = 0
+        self.threads: set[int] = set()
+
+    def __call__(self, workers):
+        pool = self.real(workers)
+        spy = self
+
+        class Recording:
+            def submit(self, fn, *args):
+                spy.submitted += 1
+
+                def run():
+                    spy.threads.add(threading.get_ident())
+                    return fn(*args)
+
+                return pool.submit(run)
+
+        return Recording()
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    parallel.set_num_threads(2)
+    spy = Spy(parallel._get_pool)
+    monkeypatch.setattr(parallel, "_get_pool", spy)
+    yield spy
+    parallel.set_num_threads(None)
+
+
+WORKLOADS = ["mlp_softmax", "row_softmax", "layer_norm", "chain"]
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_large_kernels_run_on_several_threads(two_threads, name):
+    fn, args = inputs(name, 512, 256)
+    assert 512 * 256 >= PARALLEL_MIN_ELEMENTS
+    compiled = xfuse.jit(fn).lower(*args).compile()
+    got = compiled(*args)
+    assert two_threads.submitted >= 1, f"{name}: no kernel was split"
+    assert threading.get_ident() not in two_threads.threads
+    np.testing.assert_allclose(got, jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_small_kernels_stay_on_the_calling_thread(two_threads, name):
+    fn, args = inputs(name, 8, 32)
+    assert 8 * 64 < PARALLEL_MIN_ELEMENTS  # the widest kernel here (mlp: 8 x 64 inputs)
+    got = xfuse.jit(fn)(*args)
+    assert two_threads.submitted == 0, f"{name}: a small kernel went to the pool"
+    np.testing.assert_allclose(got, jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_splitting_changes_no_result(name):
+    fn, args = inputs(name, 300, 200)  # rows that do not divide evenly
+    compiled = xfuse.jit(fn).lower(*args).compile()
+    try:
+        parallel.set_num_threads(1)
+        serial = compiled(*args)
+        parallel.set_num_threads(3)
+        split = compiled(*args)
+    finally:
+        parallel.set_num_threads(None)
+    np.testing.assert_array_equal(serial, split)
+
+
+def test_thread_count_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("XFUSE_NUM_THREADS", "3")
+    assert parallel.num_threads() == 3
+    parallel.set_num_threads(1)
+    try:
+        assert parallel.num_threads() == 1
+    finally:
+        parallel.set_num_threads(None)
+    assert parallel.num_threads() == 3
+    monkeypatch.setenv("XFUSE_NUM_THREADS", "many")
+    with pytest.raises(ValueError, match="XFUSE_NUM_THREADS"):
+        parallel.num_threads()
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="thread count"):
+            parallel.set_num_threads(bad)

@@ -1,0 +1,78 @@
+"""Row reductions long enough for `rows` (sums reordered into vector lanes, exact max and min
+over integer keys) against the reference interpreter and jax.jit: NaN anywhere, infinities of
+both signs, -0.0 against +0.0, subnormals, rows of one repeated value, and their reuse of the
+row buffer by later passes (softmax, log-softmax)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xfuse
+from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close
+from xfuse.hlo import DType
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.0e38, -3.0e38]
+
+
+def rows_with_specials(dtype, shape=(24, 67), seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(dtype)
+    for r in range(shape[0]):  # row r gets r % 6 special values, row 5k+1 is all -0.0, ...
+        for _ in range(r % 6):
+            x[r, rng.integers(shape[1])] = rng.choice(SPECIALS)
+    x[1] = -0.0
+    x[2] = 0.0
+    x[2, 7] = -0.0
+    x[3] = -np.inf
+    x[4] = np.nan
+    return x
+
+
+REDUCTIONS = {
+    "sum": (lambda x: jnp.sum(x, axis=-1), ACCUMULATION),
+    "max": (lambda x: jnp.max(x, axis=-1), EXACT),
+    "min": (lambda x: jnp.min(x, axis=-1), EXACT),
+    "sum_of_exp": (lambda x: jnp.sum(jnp.exp(x), axis=-1), ACCUMULATION),
+    "max_of_square": (lambda x: jnp.max(x * x - 1.0, axis=-1), EXACT),
+    "softmax": (lambda x: jax.nn.softmax(x, axis=-1), TRANSCENDENTAL),
+    "log_softmax": (lambda x: jax.nn.log_softmax(x, axis=-1), TRANSCENDENTAL),
+    "mean_and_max": (lambda x: (jnp.mean(x, axis=-1), jnp.max(jnp.abs(x), axis=-1)), ACCUMULATION),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_row_reductions_match_reference_and_jax(name, dtype):
+    fn, tolerance = REDUCTIONS[name]
+    x = rows_with_specials(dtype)
+    with jax.enable_x64(dtype == np.float64):
+        compiled = xfuse.jit(fn).lower(x).compile()
+        assert "rows." in compiled.kernel_source(), "the row helpers were not used"
+        got = compiled(x)
+        reference = xfuse.jit(fn, backend="reference")(x)
+        want_jax = jax.jit(fn)(x)
+    got, reference = jax.tree.leaves(got), jax.tree.leaves(reference)
+    for g, r, j in zip(got, reference, jax.tree.leaves(want_jax)):
+        dt = DType.from_numpy(np.dtype(dtype))
+        scale = np.max(np.abs(np.nan_to_num(x, posinf=0, neginf=0)), axis=-1)
+        scale = scale if g.ndim == 1 else scale[:, None] * np.ones_like(g)
+        with np.errstate(over="ignore"):
+            scale = scale * x.shape[-1]
+        assert_close(g, r, dt, f"{name} vs reference", tolerance, scale=scale)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(np.asarray(j)), err_msg=f"{name}: NaNs vs jax")
+
+
+def test_max_and_min_keep_the_sign_of_zero():
+    x = np.zeros((4, 64), np.float32)
+    x[0] = -0.0
+    x[1, 5] = -0.0
+    x[2] = -0.0
+    x[2, 60] = 0.0
+    x[3, ::2] = -0.0
+    mx = xfuse.jit(lambda x: jnp.max(x, axis=-1))(x)
+    mn = xfuse.jit(lambda x: jnp.min(x, axis=-1))(x)
+    np.testing.assert_array_equal(np.signbit(mx), [True, False, False, False])
+    np.testing.assert_array_equal(np.signbit(mn), [True, True, True, True])
