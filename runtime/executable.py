@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
+
+from .pool import MIN_BYTES, POOL
 
 
 @dataclass(frozen=True)
@@ -54,28 +57,88 @@ class Executable:
     n_values: int = 0
     kernel_sources: dict[str, str] = field(default_factory=dict)  # step name -> source
 
+    def __post_init__(self) -> None:
+        # After each step, the values no later step reads: dropping them lets the pool hand
+        # their memory to the next step (a buffer plan made at run time by reference counts).
+        last: dict[int, int] = {}
+        for i, step in enumerate(self.steps):
+            for v in step.inputs:
+                last[v] = i
+        keep = set(self.params) | set(self.constants) | set(self.results)
+        self.release_after: list[tuple[int, ...]] = [() for _ in self.steps]
+        for v, i in last.items():
+            if v not in keep:
+                self.release_after[i] += (v,)
+        self.pool = POOL
+        # Results that may be an argument or constant itself, or a view of one (through alias
+        # steps): those are copied on the way out, so a caller never shares their memory.
+        borrowed = set(self.params) | set(self.constants)
+        for step in self.steps:
+            if step.kind == "alias" and borrowed.intersection(step.inputs):
+                borrowed.update(step.outputs)
+        self.may_borrow = any(r in borrowed for r in self.results)
+
+        # Each step as a flat tuple, so the call loop does no attribute lookups.
+        self.plan = [
+            (step.kind == "alias", step.run, step.inputs, step.outputs,
+             tuple(self._allocator(spec) for spec in step.out_specs),
+             len(step.outputs) == 1 and len(step.out_specs) > 1, release)
+            for step, release in zip(self.steps, self.release_after)
+        ]
+
+    def runner(self) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+        """The cheapest callable equal to `self(arrays)`: for one kernel reading the arguments
+        in order and returning its outputs, a closure with no step loop (the dispatch fast
+        path); otherwise `self`."""
+        if len(self.plan) != 1 or self.constants:
+            return self
+        alias, run, ins, outs, allocate, packed, _ = self.plan[0]
+        if alias or packed or list(ins) != list(self.params) or list(outs) != list(self.results):
+            return self
+        step = self.steps[0]
+
+        def call(arrays):
+            outputs = [a() for a in allocate]
+            try:
+                run(arrays, outputs)
+            except Exception as e:
+                raise KernelError(f"{step.name} ({step.label or step.kind}) failed: {type(e).__name__}: {e}") from e
+            return outputs
+
+        return call
+
+    def _allocator(self, spec: BufferSpec) -> Callable[[], np.ndarray]:
+        shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
+        if spec.nbytes < MIN_BYTES:
+            return partial(np.empty, shape, dtype)
+        return partial(self.pool.empty, shape, dtype)
+
     def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         values: list = [None] * self.n_values
         for slot, array in zip(self.params, arrays):
             values[slot] = array
         for slot, array in self.constants.items():
             values[slot] = array
-        for step in self.steps:
-            inputs = [values[i] for i in step.inputs]
+        for n, (alias, run, ins, outs, allocate, packed, release) in enumerate(self.plan):
             try:
-                if step.kind == "alias":
-                    outputs = step.run(inputs)
+                if alias:
+                    outputs = run([values[i] for i in ins])
                 else:
-                    outputs = [np.empty(s.shape, s.dtype) for s in step.out_specs]
-                    step.run(inputs, outputs)
+                    outputs = [a() for a in allocate]
+                    run([values[i] for i in ins], outputs)
             except KernelError:
                 raise
             except Exception as e:
+                step = self.steps[n]
                 raise KernelError(f"{step.name} ({step.label or step.kind}) failed: {type(e).__name__}: {e}") from e
-            if len(step.outputs) == 1 and len(outputs) > 1:  # a multi-output kernel: one tuple
+            if packed:  # a multi-output kernel: one tuple value
                 outputs = [tuple(outputs)]
-            for slot, out in zip(step.outputs, outputs):
+            for slot, out in zip(outs, outputs):
                 values[slot] = out
+            for slot in release:
+                values[slot] = None
+        if not self.may_borrow:
+            return [values[r] for r in self.results]
         kept = {id(_root(values[s])) for s in self.params} | {id(_root(a)) for a in self.constants.values()}
         return [np.array(v, copy=True) if id(_root(v)) in kept else v for v in (values[r] for r in self.results)]
 

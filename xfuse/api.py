@@ -10,6 +10,9 @@ import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
+from jax._src.config import enable_x64 as _X64  # x64 decides canonical dtypes: in the key
+from numpy import ndarray
+
 from . import frontend_bridge as bridge
 from . import signature as sig
 from .compiler import check_backend, check_passes
@@ -46,16 +49,28 @@ class Jitted:
             _as_tuple(static_argnames, "static_argnames", str),
         )
         self._cache: dict[tuple, Compiled] = {}
+        self._fast: dict[tuple, Callable] = {}
         self._lock = threading.Lock()
         self._compiling: dict[tuple, threading.Lock] = {}
         functools.update_wrapper(self, fun)
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: object, **kwargs: object) -> object:
+        if not kwargs and self._fast:  # the fast path: positional numpy arrays seen before
+            key = [(a.shape, a.dtype) for a in args if type(a) is ndarray]
+            if len(key) == len(args):
+                run = self._fast.get((_X64.value, *key))
+                if run is not None:
+                    return run(args)
         key, arrays = self._key_and_arrays(args, kwargs)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile_once(key, args, kwargs)
+        if not kwargs and len(arrays) == len(args) and all(a is b for a, b in zip(arrays, args)) \
+                and all(type(a) is ndarray for a in args) and not self.splitter.has_static:
+            # Every argument was a canonical numpy array, passed through untouched: next time
+            # the shapes and dtypes alone select the executable.
+            self._fast[(_X64.value, *[(a.shape, a.dtype) for a in args])] = compiled.fast_runner()
         return compiled.call_flat(arrays)
 
     def _key_and_arrays(self, args: tuple, kwargs: dict):

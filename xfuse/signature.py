@@ -116,6 +116,7 @@ class ArgumentSplitter:
                 nums.add(positional.index(name))
         self.static_argnums = frozenset(nums)
         self.static_argnames = frozenset(names)
+        self.has_static = bool(nums or names)
 
     def split(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple[Hashable, ...]]:
         """(dynamic args, dynamic kwargs, static key) for one call."""

@@ -46,6 +46,7 @@ for _name in rows.SUMS + rows.EXTREMES:
 def namespace(source: KernelSource) -> dict:
     return {
         "np": np,
+        "U": np.uint64,  # unsigned indices (see kernels.index_text)
         "scalar": CALLED_SCALAR,
         "mathlib": CALLED_MATHLIB,
         "rows": CALLED_ROWS,

@@ -92,7 +92,19 @@ def flattenable(comp: Computation, dims: tuple[int, ...]) -> bool:
 
 
 def index_text(index: tuple[Ix, ...]) -> str:
-    return ", ".join(i.text for i in index) if index else "0"
+    """An index as source. Components that numba cannot see are non-negative (the outer loop
+    runs from `row_start`, and arithmetic on it) are cast to unsigned: numba then skips its
+    negative-index wraparound, whose selects stop LLVM from vectorising the loop."""
+    return ", ".join(_unsigned(i.text) for i in index) if index else "0"
+
+
+def _unsigned(text: str) -> str:
+    if SAFE_INDEX.fullmatch(text):
+        return text
+    return f"U({text})"
+
+
+SAFE_INDEX = re.compile(r"\d+|[rct]\d+(_\d+)?|[ik][1-9]\d*")  # literals, loops from 0
 
 
 class Writer:
@@ -155,10 +167,14 @@ class Writer:
     def add(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
 
-    def store(self, k: int, index_str: str, value: Ix) -> str:
+    def store(self, k: int, index: tuple[Ix, ...], value: Ix) -> str:
         shape = self.out_shapes[k]
         cast = value.text if shape.dtype.is_pred else f"{np_name(shape.dtype)}({value.text})"
-        return f"out{k}[{index_str}] = {cast}"
+        if self.flat_dims is None and len(index) > 1:
+            deps = frozenset().union(*(i.deps for i in index))
+            array, rest = self.row_view(f"out{k}", index, deps)
+            return f"{array}[{index_text(rest)}] = {cast}"
+        return f"out{k}[{index_text(index)}] = {cast}"
 
     # ------------------------------------------------------------------ loop kernels
     def loop(self, dims: tuple[int, ...]) -> None:
@@ -176,7 +192,7 @@ class Writer:
         stores = []
         for k, member in enumerate(self.outputs):
             value = self.emitter.value(member, index)
-            stores.append(self.store(k, index_text(index), value))
+            stores.append(self.store(k, index, value))
         self.rows = dims[0] if dims else 1
         self.render_nest(dims, names, stores)
 
@@ -402,14 +418,14 @@ class Writer:
             dims = self.out_shapes[k].dims
             value = self.emitter.value(member, self.row_index(dims, full, axes, kept_index))
             idx = self.row_index(dims, full, axes, kept_index)
-            stores_row.append(self.store(k, index_text(idx), value))
+            stores_row.append(self.store(k, idx, value))
         updates = []
         rnames = []
         if full_outputs:
             rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
             for k, member in full_outputs:
                 value = self.emitter.value(member, full_index)
-                updates.append(self.store(k, index_text(full_index), value))
+                updates.append(self.store(k, full_index, value))
         end = self.mark(row_level)
         loop_lines = self.reduced_loop_lines(p, rnames, [full[a] for a in axes], updates) if updates else []
         return stores_row, loop_lines, end
