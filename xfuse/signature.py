@@ -60,7 +60,10 @@ def abstractify(leaf: object, path: str) -> LeafSpec:
             raise TypeError(f"argument {path}: {type(leaf).__name__} is not an array")
         dtype, shape = array.dtype, array.shape
     try:
-        xdtype = DType.from_numpy(_canonical(np.dtype(dtype)))
+        dtype = np.dtype(dtype)
+        if dtype.byteorder not in "=|" and dtype.kind in "biuf":  # non-native: read as native
+            dtype = dtype.newbyteorder("=")
+        xdtype = DType.from_numpy(_canonical(dtype))
     except TypeError:
         raise TypeError(f"argument {path}: dtype {dtype} is not supported by xfuse") from None
     weak = bool(getattr(leaf, "weak_type", False))

@@ -60,6 +60,7 @@ class Compiled:
         self.module = result.module
         self.executable = result.executable
         self._result = result
+        self._fast = None  # (signature, runner) once known; () when there is no fast path
 
     def as_text(self) -> str:
         """The optimised module."""
@@ -90,7 +91,26 @@ class Compiled:
     def __repr__(self) -> str:
         return f"<xfuse.Compiled {self.module.name} on {self.lowered.backend}>"
 
+    def _fast_signature(self) -> list | None:
+        """[(shape, dtype)] of the arguments when the signature is positional numpy arrays
+        (none weak): a call matching it skips the pytree and dtype checks."""
+        info = self.lowered.info
+        n = len(info.leaves)
+        if info.static or info.splitter.has_static or any(spec.weak for spec in info.leaves):
+            return None
+        names = info.splitter.dynamic_names(n)
+        if sig.leaf_paths(tuple(range(n)), {}, names)[2] != info.in_tree:
+            return None
+        return [(spec.shape.dims, np.dtype(spec.shape.dtype.numpy)) for spec in info.leaves]
+
     def __call__(self, *args: object, **kwargs: object) -> object:
+        if not kwargs:
+            fast = self._fast
+            if fast is None:
+                expected = self._fast_signature()
+                fast = self._fast = (expected, self.fast_runner()) if expected is not None else ()
+            if fast and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == fast[0]:
+                return fast[1](args)
         info = self.lowered.info
         names = info.splitter.dynamic_names(len(args) + len(info.splitter.static_argnums))
         leaves, paths, treedef = sig.leaf_paths(args, kwargs, names)

@@ -24,7 +24,12 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleSha
 
 from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
-PARALLEL_MIN_ELEMENTS = 1 << 15
+# A kernel is split across threads when its estimated work (elements, with each transcendental
+# op counted as TRANSCENDENTAL_WORK more) reaches PARALLEL_MIN_WORK: handing a chunk to a pool
+# thread and waiting for it costs about 50 us on these machines, the time of some 2**18 cheap
+# element operations, so smaller kernels run on the calling thread.
+PARALLEL_MIN_WORK = 1 << 19
+TRANSCENDENTAL_WORK = 4
 LANES = 8  # accumulators of a vectorised row reduction
 TRANSCENDENTAL_OPS = {
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
@@ -509,9 +514,9 @@ class Writer:
             size = 1
             for d in self.flat_dims:
                 size *= d
-            for p in self.params:
+            for p in self.params:  # ravel: a view of a C-ordered input, a copy of another
                 if self.comp[p].array_shape.rank:
-                    header.append(f"    {p} = {p}.reshape({size})")
+                    header.append(f"    {p} = {p}.ravel()")
             for k in range(len(self.outputs)):
                 if self.out_shapes[k].rank:
                     header.append(f"    out{k} = out{k}.reshape({size})")
@@ -534,7 +539,7 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
     else:
         writer.loop(writer.out_shapes[0].dims)
         blocked = writer.out_shapes[0].rank > 0
-    parallel = _work(comp, space) >= PARALLEL_MIN_ELEMENTS and writer.rows > 1
+    parallel = work_estimate(comp, space) >= PARALLEL_MIN_WORK and writer.rows > 1
     return KernelSource(
         name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
         kind, writer.rows, writer.dot, writer.dot is not None and blocked,
@@ -551,13 +556,16 @@ def _dot_load(index: tuple[Ix, ...]) -> Ix:
     return Ix(f"dot[{index_text((local, *rest))}]", deps)
 
 
-def _work(comp: Computation, space) -> int:
+def work_estimate(comp: Computation, space) -> int:
+    """Elements of the iteration space, times 1 + TRANSCENDENTAL_WORK per transcendental op."""
     if space is not None:
         size = 1
         for d in space[0]:
             size *= d
-        return size
-    return max((s.size for s in output_shapes(comp)), default=0)
+    else:
+        size = max((s.size for s in output_shapes(comp)), default=0)
+    transcendental = sum(1 for i in comp.instructions if i.op in TRANSCENDENTAL_OPS)
+    return size * (1 + TRANSCENDENTAL_WORK * transcendental)
 
 
 __all__ = ["KernelSource", "write_kernel"]

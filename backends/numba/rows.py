@@ -4,14 +4,14 @@ reorder their additions into vector lanes (as XLA's vectorised reductions do) wh
 operation in a kernel keeps IEEE order; NaN and infinities propagate as in any order of the same
 sum. max and min are exact and vectorise without any flag: they reduce integer keys that order
 floats as jax does (-0.0 below +0.0), and a NaN anywhere gives NaN. Imports numpy and the
-bit-cast intrinsics of mathlib.core.
+bit-cast intrinsics of mathlib.core (so numba).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .mathlib.core import _bits32, _bits64, _float32, _float64
+from .mathlib.core import _bits32, _bits64, _float32, _float64, _inline
 
 I32, I64 = np.int32, np.int64
 MAG32, MAG64 = I32(0x7FFFFFFF), I64(0x7FFFFFFFFFFFFFFF)
@@ -32,49 +32,57 @@ def sum_f64(a):
 
 
 # A float's bits as a signed integer, negative ones with the magnitude bits flipped: integer
-# order is then float order (NaNs aside), and the map is its own inverse.
-def max_f32(a):
-    k = I32(-0x7FFFFFFF - 1)  # the smallest key (a negative NaN's): below -inf
-    nan = False
+# order is then float order, and the map is its own inverse. NaNs land outside the keys of
+# [-inf, +inf], so one pass finds both extreme keys (two integer reductions, which vectorise)
+# and a NaN shows as a key beyond an infinity's.
+KEY_INF32, KEY_NEG_INF32 = I32(0x7F800000), I32(-0x7F800001)
+KEY_INF64, KEY_NEG_INF64 = I64(0x7FF0000000000000), I64(-0x7FF0000000000001)
+
+
+@_inline
+def _keys32(a):
+    hi, lo = I32(-0x7FFFFFFF - 1), MAG32
     for i in range(a.shape[0]):
         b = _bits32(a[i])
         key = b ^ ((b >> 31) & MAG32)
-        k = key if key > k else k
-        nan |= a[i] != a[i]
-    return np.float32(np.nan) if nan else _float32(k ^ ((k >> 31) & MAG32))
+        hi = key if key > hi else hi
+        lo = key if key < lo else lo
+    return hi, lo
+
+
+@_inline
+def _keys64(a):
+    hi, lo = I64(-0x7FFFFFFFFFFFFFFF - 1), MAG64
+    for i in range(a.shape[0]):
+        b = _bits64(a[i])
+        key = b ^ ((b >> 63) & MAG64)
+        hi = key if key > hi else hi
+        lo = key if key < lo else lo
+    return hi, lo
+
+
+def max_f32(a):
+    hi, lo = _keys32(a)
+    nan = (hi > KEY_INF32) | (lo < KEY_NEG_INF32)
+    return np.float32(np.nan) if nan else _float32(hi ^ ((hi >> 31) & MAG32))
 
 
 def min_f32(a):
-    k = MAG32  # the largest key (a positive NaN's): above +inf
-    nan = False
-    for i in range(a.shape[0]):
-        b = _bits32(a[i])
-        key = b ^ ((b >> 31) & MAG32)
-        k = key if key < k else k
-        nan |= a[i] != a[i]
-    return np.float32(np.nan) if nan else _float32(k ^ ((k >> 31) & MAG32))
+    hi, lo = _keys32(a)
+    nan = (hi > KEY_INF32) | (lo < KEY_NEG_INF32)
+    return np.float32(np.nan) if nan else _float32(lo ^ ((lo >> 31) & MAG32))
 
 
 def max_f64(a):
-    k = I64(-0x7FFFFFFFFFFFFFFF - 1)
-    nan = False
-    for i in range(a.shape[0]):
-        b = _bits64(a[i])
-        key = b ^ ((b >> 63) & MAG64)
-        k = key if key > k else k
-        nan |= a[i] != a[i]
-    return np.float64(np.nan) if nan else _float64(k ^ ((k >> 63) & MAG64))
+    hi, lo = _keys64(a)
+    nan = (hi > KEY_INF64) | (lo < KEY_NEG_INF64)
+    return np.float64(np.nan) if nan else _float64(hi ^ ((hi >> 63) & MAG64))
 
 
 def min_f64(a):
-    k = MAG64
-    nan = False
-    for i in range(a.shape[0]):
-        b = _bits64(a[i])
-        key = b ^ ((b >> 63) & MAG64)
-        k = key if key < k else k
-        nan |= a[i] != a[i]
-    return np.float64(np.nan) if nan else _float64(k ^ ((k >> 63) & MAG64))
+    hi, lo = _keys64(a)
+    nan = (hi > KEY_INF64) | (lo < KEY_NEG_INF64)
+    return np.float64(np.nan) if nan else _float64(lo ^ ((lo >> 63) & MAG64))
 
 
 SUMS = ("sum_f32", "sum_f64")

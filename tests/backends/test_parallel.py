@@ -1,5 +1,6 @@
-"""Kernels split their rows over the runtime's threads above PARALLEL_MIN_ELEMENTS and run on
-the calling thread below it; the split changes no result; the thread count is configurable."""
+"""Kernels split their rows over the runtime's threads when their estimated work reaches
+PARALLEL_MIN_WORK and run on the calling thread below it; the split changes no result; the
+thread count is configurable."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import xfuse
-from xfuse.backends.numba.kernels import PARALLEL_MIN_ELEMENTS
+from xfuse.backends.numba.kernels import PARALLEL_MIN_WORK
 from xfuse.runtime import parallel
 
 
@@ -84,8 +85,8 @@ WORKLOADS = ["mlp_softmax", "row_softmax", "layer_norm", "chain"]
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_large_kernels_run_on_several_threads(two_threads, name):
-    fn, args = inputs(name, 512, 256)
-    assert 512 * 256 >= PARALLEL_MIN_ELEMENTS
+    fn, args = inputs(name, 2048, 512)
+    assert 2048 * 512 >= PARALLEL_MIN_WORK
     compiled = xfuse.jit(fn).lower(*args).compile()
     got = compiled(*args)
     assert two_threads.submitted >= 1, f"{name}: no kernel was split"
@@ -95,8 +96,8 @@ def test_large_kernels_run_on_several_threads(two_threads, name):
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_small_kernels_stay_on_the_calling_thread(two_threads, name):
-    fn, args = inputs(name, 8, 32)
-    assert 8 * 64 < PARALLEL_MIN_ELEMENTS  # the widest kernel here (mlp: 8 x 64 inputs)
+    fn, args = inputs(name, 64, 128)
+    assert 64 * 128 * 9 < PARALLEL_MIN_WORK  # at most two transcendentals per element here
     got = xfuse.jit(fn)(*args)
     assert two_threads.submitted == 0, f"{name}: a small kernel went to the pool"
     np.testing.assert_allclose(got, jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)
@@ -131,3 +132,16 @@ def test_thread_count_comes_from_the_environment(monkeypatch):
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="thread count"):
             parallel.set_num_threads(bad)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 4096 * 3 + 8, 1 << 30])
+def test_output_fusion_in_row_blocks_matches_jax(monkeypatch, block_bytes):
+    """The dot of an output fusion computed a block of rows at a time (one row, several rows
+    with a ragged last block, all rows) gives the same numbers."""
+    from xfuse.backends.numba import backend
+
+    monkeypatch.setattr(backend, "BLOCK_BYTES", block_bytes)
+    fn, args = inputs("mlp_softmax", 37, 1024)
+    compiled = xfuse.jit(fn).lower(*args).compile()
+    assert compiled.kernel_count() == 1
+    np.testing.assert_allclose(compiled(*args), jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)

@@ -1,0 +1,93 @@
+"""The dispatch fast path of `xfuse.jit`: positional numpy arrays seen before go straight to
+the executable, and everything the slow path would treat differently still takes it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xfuse
+
+
+def counted(fn):
+    calls = []
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    wrapper.calls = calls
+    return wrapper
+
+
+def test_repeated_calls_take_the_fast_path_and_stay_right():
+    f = counted(lambda x, y: x * y + 1.0)
+    jitted = xfuse.jit(f)
+    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 2, np.float32)
+    first = jitted(x, y)
+    assert len(jitted._fast) == 1
+    for k in range(3):
+        np.testing.assert_array_equal(jitted(x + k, y), (x + k) * y + 1)
+    assert len(f.calls) == 1
+    assert first is not jitted(x, y)
+
+
+@pytest.mark.parametrize("other", [
+    lambda x: jnp.asarray(x),  # a jax array: not a numpy array
+    lambda x: x.astype(np.float64),  # canonicalised to float32 by the slow path
+    lambda x: x.astype(">f4"),  # big-endian
+    lambda x: np.asfortranarray(x),  # same shape and dtype, another layout
+    lambda x: np.repeat(x, 2, axis=1)[:, ::2],  # same shape and dtype, strided
+])
+def test_other_arguments_are_right_too(other):
+    jitted = xfuse.jit(lambda x: jnp.sin(x) * 2.0)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    jitted(x)
+    given = other(x)
+    got = jitted(given)
+    native = given.astype(given.dtype.newbyteorder("=")) if isinstance(given, np.ndarray) else given
+    want = jax.jit(lambda x: jnp.sin(x) * 2.0)(native)  # jax refuses big-endian; xfuse reads it
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+
+
+def test_x64_is_part_of_the_key():
+    jitted = xfuse.jit(lambda x: x + 1)
+    x = np.ones(3, np.float64)
+    assert jitted(x).dtype == np.float32
+    with jax.enable_x64(True):
+        assert jitted(x).dtype == np.float64
+    assert jitted(x).dtype == np.float32
+
+
+def test_static_arguments_never_take_the_fast_path():
+    f = counted(lambda x, n: x * n)
+    jitted = xfuse.jit(f, static_argnums=1)
+    x = np.ones(3, np.float32)
+    assert jitted(x, 2)[0] == 2 and jitted(x, 3)[0] == 3 and jitted(x, 2)[0] == 2
+    assert len(f.calls) == 2 and not jitted._fast
+
+
+def test_wrong_arguments_after_a_fast_call_still_raise():
+    jitted = xfuse.jit(lambda x: x + 1)
+    jitted(np.ones(3, np.float32))
+    with pytest.raises(TypeError):
+        jitted("text")
+    np.testing.assert_array_equal(jitted(np.ones(3, np.float32)), 2)
+
+
+def test_large_outputs_are_never_shared_between_calls():
+    jitted = xfuse.jit(lambda x: x * 2.0)
+    x = np.ones(1 << 20, np.float32)  # 4 MiB: pooled
+    a = jitted(x)
+    b = jitted(x + 1)
+    assert not np.shares_memory(a, b)
+    np.testing.assert_array_equal(a, 2)
+    np.testing.assert_array_equal(b, 4)
+    view = a[5:9]
+    del a
+    c = jitted(x + 2)
+    assert not np.shares_memory(view, c)
+    np.testing.assert_array_equal(view, 2)
