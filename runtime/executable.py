@@ -1,6 +1,11 @@
-"""`Executable`: what a backend hands the runtime. A sequence of steps over numbered values:
-kernels and library calls write into output buffers the runtime allocates (destination
+"""`Executable`: what a backend hands the runtime. A sequence of steps (thunks) over numbered
+values: kernels and library calls write into output buffers the runtime allocates (destination
 passing); aliases (reshape views, tuple elements) make new names for existing buffers.
+
+A call runs the steps in order over a buffer plan (runtime.plan): temporaries are views into
+one arena per call, sharing memory where their lifetimes allow, and a kernel that may write in
+place takes a dying input's buffer; arenas and large outputs come from the pool, so their pages
+stay hot across calls. `call_async` (runtime.asynchronous) runs independent steps at once.
 Imports numpy and the standard library only.
 """
 
@@ -12,6 +17,7 @@ from functools import partial
 
 import numpy as np
 
+from .plan import make_plan
 from .pool import MIN_BYTES, POOL
 
 
@@ -44,6 +50,11 @@ class Step:
     outputs: tuple[int, ...]
     out_specs: tuple[BufferSpec, ...] = ()
     label: str = ""  # what the step computes, for errors and reports
+    in_place: bool = False  # reads each input only at the index it writes: may reuse one
+    scratch_bytes: int = 0  # working memory the step allocates for itself while it runs
+
+    def failed(self, error: BaseException) -> KernelError:
+        return KernelError(f"{self.name} ({self.label or self.kind}) failed: {type(error).__name__}: {error}")
 
 
 @dataclass
@@ -56,20 +67,12 @@ class Executable:
     constants: dict[int, np.ndarray] = field(default_factory=dict)
     n_values: int = 0
     kernel_sources: dict[str, str] = field(default_factory=dict)  # step name -> source
+    param_specs: list[BufferSpec] = field(default_factory=list)
+    donated: frozenset[int] = frozenset()  # parameter positions whose buffers may be reused
 
     def __post_init__(self) -> None:
-        # After each step, the values no later step reads: dropping them lets the pool hand
-        # their memory to the next step (a buffer plan made at run time by reference counts).
-        last: dict[int, int] = {}
-        for i, step in enumerate(self.steps):
-            for v in step.inputs:
-                last[v] = i
-        keep = set(self.params) | set(self.constants) | set(self.results)
-        self.release_after: list[tuple[int, ...]] = [() for _ in self.steps]
-        for v, i in last.items():
-            if v not in keep:
-                self.release_after[i] += (v,)
         self.pool = POOL
+        self.plan = make_plan(self, self.donated)
         # Results that may be an argument or constant itself, or a view of one (through alias
         # steps): those are copied on the way out, so a caller never shares their memory.
         borrowed = set(self.params) | set(self.constants)
@@ -77,41 +80,63 @@ class Executable:
             if step.kind == "alias" and borrowed.intersection(step.inputs):
                 borrowed.update(step.outputs)
         self.may_borrow = any(r in borrowed for r in self.results)
+        self.program = [self._compile_step(i, step) for i, step in enumerate(self.steps)]
 
-        # Each step as a flat tuple, so the call loop does no attribute lookups.
-        self.plan = [
-            (step.kind == "alias", step.run, step.inputs, step.outputs,
-             tuple(self._allocator(spec) for spec in step.out_specs),
-             len(step.outputs) == 1 and len(step.out_specs) > 1, release)
-            for step, release in zip(self.steps, self.release_after)
-        ]
+    def with_donated(self, donated: frozenset[int]) -> Executable:
+        """The same program, free to reuse the buffers of these parameter positions."""
+        return Executable(self.params, self.results, self.steps, self.constants, self.n_values,
+                          self.kernel_sources, self.param_specs, frozenset(donated))
+
+    def _compile_step(self, i: int, step: Step) -> tuple:
+        """(alias, run, inputs, outputs, makers, packed): each maker gives one output buffer
+        from (values, arena)."""
+        makers = []
+        for k, spec in enumerate(step.out_specs):
+            shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
+            if (i, k) in self.plan.in_place:
+                makers.append(self._reuse(self.plan.in_place[(i, k)], shape, dtype))
+            elif (i, k) in self.plan.offsets:
+                makers.append(_arena_view(self.plan.offsets[(i, k)], spec.nbytes, shape, dtype))
+            elif spec.nbytes < MIN_BYTES:
+                makers.append(lambda values, arena, s=shape, d=dtype: np.empty(s, d))
+            else:
+                makers.append(lambda values, arena, s=shape, d=dtype, e=self.pool.empty: e(s, d))
+        packed = len(step.outputs) == 1 and len(step.out_specs) > 1
+        return step.kind == "alias", step.run, step.inputs, step.outputs, tuple(makers), packed
+
+    def _reuse(self, slot: int, shape, dtype) -> Callable:
+        def make(values, arena):
+            buf = values[slot]
+            if slot in self.params:  # a donated argument: only a plain array of this type
+                usable = type(buf) is np.ndarray and buf.dtype == dtype and buf.shape == shape \
+                    and buf.flags.c_contiguous and buf.flags.writeable
+                if not usable:
+                    return np.empty(shape, dtype)
+            return buf
+
+        return make
 
     def runner(self) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
         """The cheapest callable equal to `self(arrays)`: for one kernel reading the arguments
         in order and returning its outputs, a closure with no step loop (the dispatch fast
         path); otherwise `self`."""
-        if len(self.plan) != 1 or self.constants:
+        if len(self.program) != 1 or self.constants or self.plan.in_place:
             return self
-        alias, run, ins, outs, allocate, packed, _ = self.plan[0]
+        alias, run, ins, outs, makers, packed = self.program[0]
         if alias or packed or list(ins) != list(self.params) or list(outs) != list(self.results):
             return self
         step = self.steps[0]
+        allocate = [partial(m, None, None) for m in makers]
 
         def call(arrays):
             outputs = [a() for a in allocate]
             try:
                 run(arrays, outputs)
             except Exception as e:
-                raise KernelError(f"{step.name} ({step.label or step.kind}) failed: {type(e).__name__}: {e}") from e
+                raise step.failed(e) from e
             return outputs
 
         return call
-
-    def _allocator(self, spec: BufferSpec) -> Callable[[], np.ndarray]:
-        shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
-        if spec.nbytes < MIN_BYTES:
-            return partial(np.empty, shape, dtype)
-        return partial(self.pool.empty, shape, dtype)
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         values: list = [None] * self.n_values
@@ -119,28 +144,54 @@ class Executable:
             values[slot] = array
         for slot, array in self.constants.items():
             values[slot] = array
-        for n, (alias, run, ins, outs, allocate, packed, release) in enumerate(self.plan):
+        arena = self.pool.empty((self.plan.arena_bytes,), np.uint8) if self.plan.arena_bytes else None
+        for n, (alias, run, ins, outs, makers, packed) in enumerate(self.program):
             try:
                 if alias:
                     outputs = run([values[i] for i in ins])
                 else:
-                    outputs = [a() for a in allocate]
+                    outputs = [m(values, arena) for m in makers]
                     run([values[i] for i in ins], outputs)
             except KernelError:
                 raise
             except Exception as e:
-                step = self.steps[n]
-                raise KernelError(f"{step.name} ({step.label or step.kind}) failed: {type(e).__name__}: {e}") from e
+                raise self.steps[n].failed(e) from e
             if packed:  # a multi-output kernel: one tuple value
                 outputs = [tuple(outputs)]
             for slot, out in zip(outs, outputs):
                 values[slot] = out
-            for slot in release:
-                values[slot] = None
+        return self.finish(values)
+
+    def finish(self, values: list) -> list[np.ndarray]:
         if not self.may_borrow:
             return [values[r] for r in self.results]
         kept = {id(_root(values[s])) for s in self.params} | {id(_root(a)) for a in self.constants.values()}
         return [np.array(v, copy=True) if id(_root(v)) in kept else v for v in (values[r] for r in self.results)]
+
+    def memory_analysis(self) -> MemoryStats:
+        p = self.plan
+        code = sum(len(text) for text in self.kernel_sources.values())
+        return MemoryStats(p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, code,
+                           p.unplanned_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Bytes, in the fields of jax's `compiled.memory_analysis()`."""
+
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int  # donated argument bytes reused for outputs
+    temp_size_in_bytes: int  # the arena of planned temporaries plus the largest step scratch
+    generated_code_size_in_bytes: int  # of the kernels' source text
+    temp_size_unplanned_in_bytes: int  # the temporaries one buffer each
+
+
+def _arena_view(offset: int, nbytes: int, shape, dtype) -> Callable:
+    def make(values, arena):
+        return arena[offset : offset + nbytes].view(dtype).reshape(shape)
+
+    return make
 
 
 def _root(array: np.ndarray) -> np.ndarray:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import threading
+from concurrent.futures import Future
 from collections.abc import Callable, Iterable, Sequence
 
 from jax._src.config import enable_x64 as _X64  # x64 decides canonical dtypes: in the key
+import jax
 from numpy import ndarray
 
 from . import frontend_bridge as bridge
@@ -37,6 +39,7 @@ class Jitted:
         static_argnames: str | Iterable[str] = (),
         backend: str | None = None,
         passes: str | Sequence | None = None,
+        donate_argnums: int | Iterable[int] = (),
     ) -> None:
         if not callable(fun):
             raise TypeError(f"xfuse.jit expects a function, got {type(fun).__name__}")
@@ -48,6 +51,10 @@ class Jitted:
             _as_tuple(static_argnums, "static_argnums", int),
             _as_tuple(static_argnames, "static_argnames", str),
         )
+        self.donate_argnums = frozenset(_as_tuple(donate_argnums, "donate_argnums", int))
+        both = self.donate_argnums & self.splitter.static_argnums
+        if both:
+            raise ValueError(f"donate_argnums and static_argnums both name argument {min(both)}")
         self._cache: dict[tuple, Compiled] = {}
         self._fast: dict[tuple, Callable] = {}
         self._lock = threading.Lock()
@@ -102,7 +109,34 @@ class Jitted:
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
         info = CallInfo(treedef, specs, static, self.splitter)
         module, out_tree = bridge.trace_call(self.fun, info)
-        return Lowered(module, info, out_tree, self.backend, self.passes)
+        lowered = Lowered(module, info, out_tree, self.backend, self.passes)
+        lowered.donated = self._donated_leaves(args, dynamic_args)
+        return lowered
+
+    def _donated_leaves(self, args: tuple, dynamic_args: tuple) -> frozenset[int]:
+        """Flat argument positions of the leaves of the donated arguments."""
+        if not self.donate_argnums:
+            return frozenset()
+        nargs = len(args)
+        static = {n if n >= 0 else n + nargs for n in self.splitter.static_argnums}
+        dynamic_positions = [i for i in range(nargs) if i not in static]
+        donated, start = set(), 0
+        for d, position in enumerate(dynamic_positions):
+            count = len(jax.tree_util.tree_leaves(dynamic_args[d]))
+            if position in self.donate_argnums or position - nargs in self.donate_argnums:
+                donated.update(range(start, start + count))
+            start += count
+        return frozenset(donated)
+
+    def call_async(self, *args: object, **kwargs: object) -> Future:
+        """Like calling, but returns a `concurrent.futures.Future` at once (a first call for a
+        signature compiles before returning)."""
+        key, arrays = self._key_and_arrays(args, kwargs)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._compile_once(key, args, kwargs)
+        dynamic_args, dynamic_kwargs, _ = self.splitter.split(args, kwargs)
+        return compiled.call_async(*dynamic_args, **dynamic_kwargs)
 
     def _cache_size(self) -> int:
         return len(self._cache)
@@ -118,11 +152,13 @@ def jit(
     static_argnames: str | Iterable[str] = (),
     backend: str | None = None,
     passes: str | Sequence | None = None,
+    donate_argnums: int | Iterable[int] = (),
 ) -> Jitted | Callable[[Callable], Jitted]:
     """Compiles `fun` with xfuse; usable as `@xfuse.jit` or `@xfuse.jit(static_argnums=...)`.
 
     `passes` names the optimisation pipeline ("simplify,cse,dce,fuse"; "none" turns
-    optimisation off) or gives pass objects.
+    optimisation off) or gives pass objects. `donate_argnums`: arguments whose buffers the
+    call may reuse for its outputs (as in jax; their contents are undefined afterwards).
     """
     if fun is None:
         return functools.partial(
@@ -131,8 +167,9 @@ def jit(
             static_argnames=static_argnames,
             backend=backend,
             passes=passes,
+            donate_argnums=donate_argnums,
         )
-    return Jitted(fun, static_argnums, static_argnames, backend, passes)
+    return Jitted(fun, static_argnums, static_argnames, backend, passes, donate_argnums)
 
 
 __all__ = ["Jitted", "jit"]

@@ -7,6 +7,7 @@ Outputs of the CPU backends are numpy arrays.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import jax
@@ -39,6 +40,7 @@ class Lowered:
         self.out_tree = out_tree
         self.backend = backend
         self.passes = passes
+        self.donated: frozenset[int] = frozenset()  # flat argument positions given up
 
     def as_text(self) -> str:
         return str(self.module)
@@ -59,6 +61,8 @@ class Compiled:
         self.lowered = lowered
         self.module = result.module
         self.executable = result.executable
+        if lowered.donated and hasattr(self.executable, "with_donated"):
+            self.executable = self.executable.with_donated(lowered.donated)
         self._result = result
         self._fast = None  # (signature, runner) once known; () when there is no fast path
 
@@ -91,6 +95,40 @@ class Compiled:
     def __repr__(self) -> str:
         return f"<xfuse.Compiled {self.module.name} on {self.lowered.backend}>"
 
+    def memory_analysis(self):
+        """Argument, output, alias (donated) and temporary bytes, as jax's; the temporaries are
+        the planned arena plus the largest working buffer a step allocates."""
+        analysis = getattr(self.executable, "memory_analysis", None)
+        if analysis is None:
+            raise NotImplementedError(f"the {self.lowered.backend} backend plans no buffers")
+        return analysis()
+
+    def call_async(self, *args: object, **kwargs: object) -> Future:
+        """Starts a call and returns a `concurrent.futures.Future` of its result at once.
+        Arguments are checked here (a TypeError is raised, not deferred); an error inside a
+        kernel reaches the future, naming the kernel and its fusion."""
+        arrays = self._checked_arrays(args, kwargs)
+        tree = self.lowered.out_tree
+        if hasattr(self.executable, "plan"):
+            from xfuse.runtime.asynchronous import call_async
+
+            inner = call_async(self.executable, arrays)
+        else:
+            from xfuse.runtime.asynchronous import executor
+
+            inner = executor().submit(self.executable, arrays)
+        outer: Future = Future()
+
+        def done(f: Future) -> None:
+            error = f.exception()
+            if error is not None:
+                outer.set_exception(error)
+            else:
+                outer.set_result(jax.tree_util.tree_unflatten(tree, f.result()))
+
+        inner.add_done_callback(done)
+        return outer
+
     def _fast_signature(self) -> list | None:
         """[(shape, dtype)] of the arguments when the signature is positional numpy arrays
         (none weak): a call matching it skips the pytree and dtype checks."""
@@ -111,6 +149,10 @@ class Compiled:
                 fast = self._fast = (expected, self.fast_runner()) if expected is not None else ()
             if fast and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == fast[0]:
                 return fast[1](args)
+        return self.call_flat(self._checked_arrays(args, kwargs))
+
+    def _checked_arrays(self, args: tuple, kwargs: dict) -> list:
+        """The arguments as canonical arrays; TypeError naming the first that does not fit."""
         info = self.lowered.info
         names = info.splitter.dynamic_names(len(args) + len(info.splitter.static_argnums))
         leaves, paths, treedef = sig.leaf_paths(args, kwargs, names)
@@ -127,7 +169,7 @@ class Compiled:
                     f"{self.module.name}: argument {path} should be {spec.shape}, got {given.shape}"
                 )
             arrays.append(sig.to_array(leaf, spec))
-        return self.call_flat(arrays)
+        return arrays
 
     def fast_runner(self) -> Callable:
         """run(arrays) -> outputs for arguments already known to match (the jit fast path)."""

@@ -14,10 +14,11 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Module, Op, Shape, TupleShape
 from xfuse.runtime import BufferSpec, Executable, Step
+from xfuse.runtime.pool import POOL
 from xfuse.runtime.parallel import run_rows
 
 from .compile import compile_kernel, settle
-from .kernels import KernelSource, write_kernel
+from .kernels import KernelSource, flattenable, write_kernel
 
 NAME = "numba"
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
@@ -165,12 +166,12 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
         outs = [f[0](o) for f, o in zip(finish, outputs)]
         a, b = inputs[li], inputs[ri]
         if block >= rows:
-            buf = np.empty(dims, work)
+            buf = POOL.empty(tuple(dims), work)
             full_dot(a, b, buf)
             flat = buf.reshape(-1) if not dims else buf
             run_rows(lambda s, e: fn(s, e, 0, flat, *args, *outs), source.rows, split)
         else:
-            buf = np.empty((block,) + tuple(dims[1:]), work)
+            buf = POOL.empty((block,) + tuple(dims[1:]), work)
             for start in range(0, rows, block):
                 end = min(rows, start + block)
                 part = buf[: end - start]
@@ -188,6 +189,7 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
             settle(fn)
 
     run.dispatcher = fn
+    run.scratch_bytes = min(block, rows) * row_bytes
     return run
 
 
@@ -262,7 +264,8 @@ def compile_module(module: Module) -> Executable:
         else:
             steps.append(kernel_step(module, entry, inst, inputs, slot, sources))
     results = _results(entry, slots)
-    return Executable(params, results, steps, constants, len(slots), sources)
+    specs = [BufferSpec(p.array_shape.dims, p.array_shape.dtype.numpy) for p in entry.parameters]
+    return Executable(params, results, steps, constants, len(slots), sources, specs)
 
 
 def kernel_step(module: Module, entry: Computation, inst: Instruction, inputs, slot, sources) -> Step:
@@ -282,7 +285,11 @@ def kernel_step(module: Module, entry: Computation, inst: Instruction, inputs, s
     shapes = list(inst.shape.elements) if isinstance(inst.shape, TupleShape) else [inst.shape]
     specs = tuple(BufferSpec(s.dims, s.dtype.numpy) for s in shapes)
     sources[inst.name] = source.source
-    return Step(inst.name, "kernel", runner, inputs, (slot,), specs, label)
+    # A loop kernel whose every access is at the index it writes may write over an input.
+    in_place = source.dot is None and kind == "loop" and flattenable(body, shapes[0].dims) \
+        and all(s.dims == shapes[0].dims for s in shapes)
+    return Step(inst.name, "kernel", runner, inputs, (slot,), specs, label, in_place,
+                getattr(runner, "scratch_bytes", 0))
 
 
 def _results(entry: Computation, slots: dict[str, int]) -> list[int]:

@@ -1,0 +1,146 @@
+"""Buffer planning: where each temporary of an executable lives, from liveness.
+
+Every buffer a step writes is either bound to a result (it, or a view of it, is returned: it
+gets memory of its own, handed to the caller) or a temporary. Temporaries live from the step
+that writes them to the last step that reads them or any view of them (reshapes, tuples and
+tuple elements are views); two temporaries share memory when those intervals do not overlap.
+A kernel that may write in place (an elementwise loop reading each input at the index it
+writes) takes the buffer of an input that dies at that step, when shape and dtype match; a
+donated argument can be taken the same way. Offsets come from first fit over the temporaries
+by decreasing size, 64-byte aligned. Standard library only (the plan is numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALIGN = 64
+
+
+@dataclass
+class BufferPlan:
+    """offsets[(step, k)]: byte offset of step's k-th output in the arena; in_place[(step, k)]:
+    the value slot whose buffer that output reuses instead (a dead input or donated argument)."""
+
+    offsets: dict[tuple[int, int], int] = field(default_factory=dict)
+    in_place: dict[tuple[int, int], int] = field(default_factory=dict)
+    arena_bytes: int = 0
+    argument_bytes: int = 0
+    output_bytes: int = 0
+    alias_bytes: int = 0  # donated argument bytes reused for outputs
+    scratch_bytes: int = 0  # the largest working buffer a step allocates for itself
+    unplanned_bytes: int = 0  # what the temporaries would take without sharing
+
+    @property
+    def temp_bytes(self) -> int:
+        return self.arena_bytes + self.scratch_bytes
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def make_plan(executable, donated: frozenset[int] = frozenset()) -> BufferPlan:
+    """The plan for `executable` (runtime.Executable); `donated`: positions of the parameters
+    whose buffers the caller gives up (their contents are undefined after a call)."""
+    steps = executable.steps
+    params = list(executable.params)
+    # The buffers each value slot may refer to: ("param", slot), ("const", slot) or (step, k).
+    refers: dict[int, set] = {slot: {("param", slot)} for slot in params}
+    refers.update({slot: {("const", slot)} for slot in executable.constants})
+    for i, step in enumerate(steps):
+        if step.kind == "alias":
+            covered = set().union(*(refers.get(v, set()) for v in step.inputs))
+            for slot in step.outputs:
+                refers[slot] = covered
+        elif len(step.outputs) == 1 and len(step.out_specs) > 1:  # one tuple of buffers
+            refers[step.outputs[0]] = {(i, k) for k in range(len(step.out_specs))}
+        else:
+            for k, slot in enumerate(step.outputs):
+                refers[slot] = {(i, k)}
+    result_bound = set().union(*(refers.get(r, set()) for r in executable.results))
+    last: dict = {}  # buffer -> the last step reading it or a view of it
+    for i, step in enumerate(steps):
+        for v in step.inputs:
+            for buf in refers.get(v, ()):
+                last[buf] = i
+    plan = BufferPlan(argument_bytes=sum(spec.nbytes for spec in executable.param_specs))
+    donors = {params[p]: executable.param_specs[p] for p in sorted(donated) if p < len(params)}
+    root: dict = {}  # a buffer written in place -> the buffer whose memory it uses
+    temps: list = []
+    for i, step in enumerate(steps):
+        if step.kind == "alias":
+            continue
+        plan.scratch_bytes = max(plan.scratch_bytes, step.scratch_bytes)
+        for k, spec in enumerate(step.out_specs):
+            buf = (i, k)
+            if buf in result_bound:
+                plan.output_bytes += spec.nbytes
+                slot = _donor(step, spec, i, donors, last, result_bound, root)
+                if slot is not None:
+                    plan.in_place[buf] = slot
+                    plan.alias_bytes += spec.nbytes
+                    root[buf] = ("param", slot)
+                continue
+            plan.unplanned_bytes += spec.nbytes
+            slot = _dead_input(executable, step, spec, i, refers, last, result_bound, root)
+            if slot is not None:
+                (source,) = refers[slot]
+                plan.in_place[buf] = slot
+                root[buf] = root.get(source, source)
+                continue
+            temps.append(buf)
+    # A temporary's memory is busy until the last read of it or of any buffer written into it.
+    busy_until = {buf: last.get(buf, buf[0]) for buf in temps}
+    for buf, base in root.items():
+        if base in busy_until:
+            busy_until[base] = max(busy_until[base], last.get(buf, buf[0]))
+    sizes = {buf: _aligned(steps[buf[0]].out_specs[buf[1]].nbytes) for buf in temps}
+    placed: list[tuple[int, int, int, int]] = []  # (first step, last step, offset, size)
+    for buf in sorted(temps, key=lambda b: (-sizes[b], b)):
+        start, stop, size = buf[0], busy_until[buf], sizes[buf]
+        offset = 0
+        for lo, hi in sorted((o, o + n) for a, b, o, n in placed if a <= stop and start <= b):
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((start, stop, offset, size))
+        plan.offsets[buf] = offset
+        plan.arena_bytes = max(plan.arena_bytes, offset + size)
+    return plan
+
+
+def _same(a, b) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and str(a.dtype) == str(b.dtype)
+
+
+def _dead_input(executable, step, spec, i, refers, last, result_bound, root) -> int | None:
+    """The slot of an input of `step` whose temporary buffer dies here and can hold `spec`."""
+    if not step.in_place:
+        return None
+    for slot in step.inputs:
+        bufs = refers.get(slot, set())
+        if len(bufs) != 1:
+            continue
+        (buf,) = bufs
+        if not isinstance(buf[0], int) or buf in result_bound or last.get(buf) != i:
+            continue
+        if buf in root.values() or buf in root:
+            continue  # one reuse per buffer
+        if _same(executable.steps[buf[0]].out_specs[buf[1]], spec):
+            return slot
+    return None
+
+
+def _donor(step, spec, i, donors, last, result_bound, root) -> int | None:
+    """A donated parameter slot whose buffer can hold this result, or None: read by no later
+    step (nor by this one, unless it writes in place), returned by no result, same type."""
+    for slot, param_spec in donors.items():
+        buf = ("param", slot)
+        if buf in root.values() or buf in result_bound:
+            continue
+        read = last.get(buf, -1)
+        if read > i or (read == i and not step.in_place) or not _same(param_spec, spec):
+            continue
+        return slot
+    return None
