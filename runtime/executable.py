@@ -52,6 +52,7 @@ class Step:
     label: str = ""  # what the step computes, for errors and reports
     in_place: bool = False  # reads each input only at the index it writes: may reuse one
     scratch_bytes: int = 0  # working memory the step allocates for itself while it runs
+    element: int | None = None  # alias steps: -1 makes a tuple of the inputs, k takes element k
 
     def failed(self, error: BaseException) -> KernelError:
         return KernelError(f"{self.name} ({self.label or self.kind}) failed: {type(error).__name__}: {error}")

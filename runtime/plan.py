@@ -48,13 +48,19 @@ def make_plan(executable, donated: frozenset[int] = frozenset()) -> BufferPlan:
     # The buffers each value slot may refer to: ("param", slot), ("const", slot) or (step, k).
     refers: dict[int, set] = {slot: {("param", slot)} for slot in params}
     refers.update({slot: {("const", slot)} for slot in executable.constants})
+    parts: dict[int, list[set]] = {}  # a tuple value's elements, each as the buffers it refers to
     for i, step in enumerate(steps):
         if step.kind == "alias":
             covered = set().union(*(refers.get(v, set()) for v in step.inputs))
+            if step.element == -1:
+                parts[step.outputs[0]] = [refers.get(v, set()) for v in step.inputs]
+            elif step.element is not None and step.inputs[0] in parts:
+                covered = parts[step.inputs[0]][step.element]
             for slot in step.outputs:
                 refers[slot] = covered
         elif len(step.outputs) == 1 and len(step.out_specs) > 1:  # one tuple of buffers
             refers[step.outputs[0]] = {(i, k) for k in range(len(step.out_specs))}
+            parts[step.outputs[0]] = [{(i, k)} for k in range(len(step.out_specs))]
         else:
             for k, slot in enumerate(step.outputs):
                 refers[slot] = {(i, k)}

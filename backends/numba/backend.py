@@ -160,13 +160,14 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
     lhs_axis = lb[0] if lb else next(i for i in range(lhs.rank) if i not in contracting[0])
     full_dot = make_dot(lhs, rhs, contracting, batch, dot.shape.dtype)
     first = [True]
+    in_out = source.dot_in_out and block >= rows and finish[0] is _AS_IS
 
     def run(inputs, outputs):
         args = [f(a) for f, a in zip(prepare, inputs)]
         outs = [f[0](o) for f, o in zip(finish, outputs)]
         a, b = inputs[li], inputs[ri]
         if block >= rows:
-            buf = POOL.empty(tuple(dims), work)
+            buf = outs[0] if in_out else POOL.empty(tuple(dims), work)
             full_dot(a, b, buf)
             flat = buf.reshape(-1) if not dims else buf
             run_rows(lambda s, e: fn(s, e, 0, flat, *args, *outs), source.rows, split)
@@ -189,7 +190,7 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
             settle(fn)
 
     run.dispatcher = fn
-    run.scratch_bytes = min(block, rows) * row_bytes
+    run.scratch_bytes = 0 if in_out else min(block, rows) * row_bytes
     return run
 
 
@@ -252,10 +253,11 @@ def compile_module(module: Module) -> Executable:
         if inst.op is Op.CONSTANT:
             constants[slot] = np.array(inst.attr("value").array)
         elif inst.op in (Op.TUPLE, Op.OPTIMIZATION_BARRIER):
-            steps.append(Step(inst.name, "alias", lambda xs: [tuple(xs)], inputs, (slot,)))
+            steps.append(Step(inst.name, "alias", lambda xs: [tuple(xs)], inputs, (slot,),
+                              element=-1 if inst.op is Op.TUPLE else None))
         elif inst.op is Op.GET_TUPLE_ELEMENT:
             i = inst.attr("index")
-            steps.append(Step(inst.name, "alias", lambda xs, i=i: [xs[0][i]], inputs, (slot,)))
+            steps.append(Step(inst.name, "alias", lambda xs, i=i: [xs[0][i]], inputs, (slot,), element=i))
         elif inst.op is Op.RESHAPE:
             dims = inst.shape.dims
             steps.append(Step(inst.name, "alias", lambda xs, d=dims: [xs[0].reshape(d)], inputs, (slot,)))

@@ -53,6 +53,7 @@ class KernelSource:
     row_blocked: bool = False  # the dot can be computed a block of (outer-loop) rows at a time
     flat: bool = False
     extra: dict = field(default_factory=dict)
+    dot_in_out: bool = False  # the dot may be computed into the output, the epilogue in place
 
 
 def output_members(comp: Computation) -> list[str]:
@@ -543,8 +544,28 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
     return KernelSource(
         name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
         kind, writer.rows, writer.dot, writer.dot is not None and blocked,
-        writer.flat_dims is not None,
+        writer.flat_dims is not None, dot_in_out=dot_in_output(comp, writer.dot, space),
     )
+
+
+def dot_in_output(comp: Computation, dot: Instruction | None, space) -> bool:
+    """Whether the dot's result can live in the output buffer: one output of the dot's own
+    shape and type, the dot read only by elementwise ops of that shape and by reductions over
+    trailing axes (so each row is read whole, or at the index being written, before that
+    index is written), as XLA writes a dot into its output and runs the epilogue in place."""
+    if dot is None or space is not None and 0 in space[1]:
+        return False
+    outputs = output_shapes(comp)
+    if len(outputs) != 1 or outputs[0] != dot.shape or dot.shape.dtype not in (DType.F32, DType.F64):
+        return False
+    for inst in comp.instructions:
+        if dot.name not in inst.operands:
+            continue
+        if inst.info.kind is Kind.REDUCTION:
+            continue
+        if inst.info.kind is not Kind.ELEMENTWISE or inst.array_shape.dims != dot.array_shape.dims:
+            return False
+    return True
 
 
 def _dot_load(index: tuple[Ix, ...]) -> Ix:
