@@ -93,7 +93,7 @@ def tables(results: dict) -> str:
     speed = _grid(header, rows)
 
     header = ["workload", "kernels xfuse", "kernels XLA", "xfuse compile cold", "warm"]
-    header += ["jax.jit compile", "bytes moved"]
+    header += ["jax.jit compile", "peak MiB xfuse", "jax.jit", "bytes moved"]
     header += [f"BW {LABELS[e]}" for e in engines]
     rows = []
     for row in results["workloads"]:
@@ -108,6 +108,8 @@ def tables(results: dict) -> str:
             cold,
             seconds(compile_["xfuse_warm_s"]),
             seconds(compile_["jax_s"]),
+            _mib(row.get("peak_rss_bytes", {}).get("xfuse")),
+            _mib(row.get("peak_rss_bytes", {}).get("jax")),
             _megabytes(row["bytes_moved"]),
         ]
         fractions = row["bandwidth_fraction"] if row["memory_bound"] else {}
@@ -129,6 +131,8 @@ def tables(results: dict) -> str:
         "Kernels launched (xfuse: compiled.kernel_count(); XLA: compute instructions of the "
         "optimised ENTRY computation).",
         "Compile: lower + compile + first call; cold = first fresh process, warm = a second one.",
+        "Peak MiB: the timing process's peak resident memory (imports included: xfuse's process "
+        "imports jax too).",
         "BW: (inputs + outputs bytes) / time as a fraction of the NumPy copy bandwidth, for the "
         "memory-bound workloads.",
         "",
@@ -139,6 +143,12 @@ def tables(results: dict) -> str:
         f"{_megabytes(bandwidth.get('buffer_bytes', 0))} buffer): "
         + (f"{bandwidth['gbps']:.1f} GB/s" if bandwidth.get("gbps") else "ERROR"),
     ]
+    bare = results.get("bare_numba_call") or {}
+    tiny = next((r for r in results["workloads"] if r["name"].startswith("tiny")), None)
+    if bare.get("time_s") and tiny and tiny["engines"].get("xfuse", {}).get("time_s"):
+        ours = tiny["engines"]["xfuse"]["time_s"]
+        lines.append(f"per-call overhead: xfuse {ours * 1e6:.2f} us, a bare numba call "
+                     f"{bare['time_s'] * 1e6:.2f} us ({ours / bare['time_s']:.1f}x)")
     for engine, summary in results["summary"].items():
         mean = summary["geomean_speedup_vs_jax"]
         lines.append(
@@ -171,6 +181,10 @@ def _error_text(result: dict) -> str:
             f"dtype {check['dtype']}, shape ok: {check['shape_ok']})"
         )
     return text
+
+
+def _mib(value: int | None) -> str:
+    return "-" if not value else f"{value / 2**20:.0f}"
 
 
 def _count(value: int | None) -> str:

@@ -145,6 +145,7 @@ def derive(workload: Workload, engines: dict, compile_cold: dict | None, copy_gb
     }
     xf, xla = engines.get("xfuse", {}), engines.get("jax", {})
     row["kernels"] = {"xfuse": xf.get("kernel_count"), "xla": xla.get("xla_kernel_count")}
+    row["peak_rss_bytes"] = {name: r.get("peak_rss_bytes") for name, r in engines.items()}
     cold = compile_cold or {}
     row["compile"] = {
         "xfuse_cold_s": cold.get("time_to_first_result_s"),
@@ -200,6 +201,9 @@ def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
     bandwidth = run_worker(["bandwidth"], args.quick, None)
     copy_gbps = bandwidth.get("gbps") or 0.0
     log.done(f"{copy_gbps:.1f} GB/s" if copy_gbps else bandwidth.get("error"))
+    log.step("overhead", "bare numba call")
+    overhead = run_worker(["overhead"], args.quick, None)
+    log.done(report.status(overhead, "time_s"))
 
     rows = []
     for workload in workloads:
@@ -236,6 +240,7 @@ def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
             ),
         },
         "bandwidth": bandwidth,
+        "bare_numba_call": overhead,
         "workloads": rows,
         "summary": summarize(rows, engines),
     }

@@ -83,6 +83,26 @@ def measure(call: Callable[[], object], plan: TimingPlan) -> dict:
     }
 
 
+def peak_rss() -> int:
+    """The process's peak resident memory in bytes (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def task_overhead(quick: bool) -> dict:
+    """A bare numba call of `x + 1` on 4 floats, allocating its result as xfuse's call does:
+    the floor for xfuse's per-call overhead."""
+    import numba
+
+    add_one = numba.njit(lambda x: x + np.float32(1.0))
+    x = np.ones(4, np.float32)
+    add_one(x)
+    timing = measure(lambda: add_one(x), TimingPlan.for_mode(quick))
+    timing.update(task="overhead", ok=True, error=None)
+    return timing
+
+
 def task_time(engine: str, workload_name: str, quick: bool, backend: str | None) -> dict:
     from .engines import prepare
     from .workloads import BY_NAME, check, reference
@@ -98,6 +118,7 @@ def task_time(engine: str, workload_name: str, quick: bool, backend: str | None)
     except Exception as error:
         result.update(ok=False, error=_describe(error))
         return result
+    result["peak_rss_bytes"] = peak_rss()  # before the float64 reference adds its own
     # The float64 reference runs after timing, so its BLAS threads cannot disturb it.
     result["check"] = check(output, reference(workload, inputs))
     result["ok"] = True
@@ -142,7 +163,7 @@ def _describe(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.worker")
-    parser.add_argument("task", choices=("time", "compile", "bandwidth"))
+    parser.add_argument("task", choices=("time", "compile", "bandwidth", "overhead"))
     parser.add_argument("names", nargs="*", help="ENGINE WORKLOAD for time, WORKLOAD for compile")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--backend", default=None, help="xfuse backend (default: xfuse's)")
@@ -153,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.task == "compile":
         (workload,) = args.names
         result = task_compile(workload, args.backend)
+    elif args.task == "overhead":
+        result = task_overhead(args.quick)
     else:
         result = task_bandwidth(args.quick)
     sys.stdout.flush()
