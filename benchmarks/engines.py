@@ -17,6 +17,7 @@ engine's process loads only its own thread pools.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -54,6 +55,15 @@ class Prepared:
     call: Callable[[], object]
     to_numpy: Callable[[object], np.ndarray]
     info: dict = field(default_factory=dict)
+
+
+def current_rss() -> int:
+    """Resident memory now, in bytes (Linux)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
 
 def _entry_lines(hlo_text: str) -> list[str]:
@@ -122,6 +132,7 @@ def _prepare_xfuse(workload: Workload, inputs: tuple, backend: str | None) -> Pr
         from xfuse.backends import numba as numba_backend
 
         numba_backend.initialize()
+    base = current_rss()
     start = time.perf_counter()
     jitted = xfuse.jit(workload.jax_fn, backend=backend)
     lowered = jitted.lower(*inputs)
@@ -132,6 +143,7 @@ def _prepare_xfuse(workload: Workload, inputs: tuple, backend: str | None) -> Pr
     first_call = time.perf_counter() - done
     info = {
         "backend": lowered.backend,
+        "rss_base_bytes": base,
         "startup_s": start - startup,
         "trace_s": traced - start,
         "compile_s": done - traced,
@@ -165,6 +177,7 @@ def _prepare_jax(workload: Workload, inputs: tuple) -> Prepared:
 
     device_inputs = [jax.device_put(a) for a in inputs]
     jax.block_until_ready(device_inputs)
+    base = current_rss()
     start = time.perf_counter()
     jitted = jax.jit(workload.jax_fn)
     compiled = jitted.lower(*device_inputs).compile()
@@ -175,6 +188,7 @@ def _prepare_jax(workload: Workload, inputs: tuple) -> Prepared:
     info = {
         "compile_s": done - start,
         "first_call_s": first_call,
+        "rss_base_bytes": base,
         "xla_kernel_count": len(kernels),
         "xla_kernels": kernels,
     }

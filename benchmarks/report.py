@@ -93,7 +93,8 @@ def tables(results: dict) -> str:
     speed = _grid(header, rows)
 
     header = ["workload", "kernels xfuse", "kernels XLA", "xfuse compile cold", "warm"]
-    header += ["jax.jit compile", "peak MiB xfuse", "jax.jit", "bytes moved"]
+    header += ["jax.jit compile", "peak MiB xfuse", "jax.jit", "workload MiB xfuse", "jax.jit"]
+    header += ["bytes moved"]
     header += [f"BW {LABELS[e]}" for e in engines]
     rows = []
     for row in results["workloads"]:
@@ -110,6 +111,8 @@ def tables(results: dict) -> str:
             seconds(compile_["jax_s"]),
             _mib(row.get("peak_rss_bytes", {}).get("xfuse")),
             _mib(row.get("peak_rss_bytes", {}).get("jax")),
+            _mib(row.get("workload_rss_bytes", {}).get("xfuse")),
+            _mib(row.get("workload_rss_bytes", {}).get("jax")),
             _megabytes(row["bytes_moved"]),
         ]
         fractions = row["bandwidth_fraction"] if row["memory_bound"] else {}
@@ -132,7 +135,7 @@ def tables(results: dict) -> str:
         "optimised ENTRY computation).",
         "Compile: lower + compile + first call; cold = first fresh process, warm = a second one.",
         "Peak MiB: the timing process's peak resident memory (imports included: xfuse's process "
-        "imports jax too).",
+        "imports jax too); workload MiB: that peak less the memory after start-up and inputs.",
         "BW: (inputs + outputs bytes) / time as a fraction of the NumPy copy bandwidth, for the "
         "memory-bound workloads.",
         "",

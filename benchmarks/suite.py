@@ -146,6 +146,12 @@ def derive(workload: Workload, engines: dict, compile_cold: dict | None, copy_gb
     xf, xla = engines.get("xfuse", {}), engines.get("jax", {})
     row["kernels"] = {"xfuse": xf.get("kernel_count"), "xla": xla.get("xla_kernel_count")}
     row["peak_rss_bytes"] = {name: r.get("peak_rss_bytes") for name, r in engines.items()}
+    # What the workload itself took: the peak over the memory after the engine's start-up
+    # (imports, device, and the inputs) and before it compiled anything.
+    row["workload_rss_bytes"] = {
+        name: r["peak_rss_bytes"] - r["rss_base_bytes"]
+        for name, r in engines.items() if r.get("peak_rss_bytes") and r.get("rss_base_bytes")
+    }
     cold = compile_cold or {}
     row["compile"] = {
         "xfuse_cold_s": cold.get("time_to_first_result_s"),
