@@ -50,8 +50,10 @@ class Literal:
 
     def is_splat(self) -> bool:
         """True if every element has the same bits (scalars included)."""
+        if self._array.size <= 1:
+            return True
         flat = self._array.reshape(-1).view(np.uint8).reshape(self._array.size, -1)
-        return self._array.size <= 1 or bool((flat == flat[0]).all())
+        return bool((flat == flat[0]).all())
 
 
 def format_scalar(value: object, dtype: DType) -> str:

@@ -96,7 +96,7 @@ class Executable:
             shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
             if (i, k) in self.plan.in_place:
                 makers.append(self._reuse(self.plan.in_place[(i, k)], shape, dtype))
-            elif (i, k) in self.plan.offsets:
+            elif (i, k) in self.plan.offsets and spec.nbytes:
                 makers.append(_arena_view(self.plan.offsets[(i, k)], spec.nbytes, shape, dtype))
             elif spec.nbytes < MIN_BYTES:
                 makers.append(lambda values, arena, s=shape, d=dtype: np.empty(s, d))
@@ -166,8 +166,9 @@ class Executable:
     def finish(self, values: list) -> list[np.ndarray]:
         if not self.may_borrow:
             return [values[r] for r in self.results]
-        kept = {id(_root(values[s])) for s in self.params} | {id(_root(a)) for a in self.constants.values()}
-        return [np.array(v, copy=True) if id(_root(v)) in kept else v for v in (values[r] for r in self.results)]
+        kept = {id(_root(a)) for s in self.params for a in _leaves(values[s])}
+        kept |= {id(_root(a)) for a in self.constants.values()}
+        return [_copy_kept(values[r], kept) for r in self.results]
 
     def memory_analysis(self) -> MemoryStats:
         p = self.plan
@@ -195,8 +196,19 @@ def _arena_view(offset: int, nbytes: int, shape, dtype) -> Callable:
     return make
 
 
+def _leaves(value) -> list:
+    return [a for v in value for a in _leaves(v)] if isinstance(value, tuple) else [value]
+
+
+def _copy_kept(value, kept: set):
+    """`value` with every array whose memory is in `kept` copied (tuples element by element)."""
+    if isinstance(value, tuple):
+        return tuple(_copy_kept(v, kept) for v in value)
+    return np.array(value, copy=True) if id(_root(value)) in kept else value
+
+
 def _root(array: np.ndarray) -> np.ndarray:
     """The array that owns the memory of `array` (itself, or the base of a view)."""
-    while isinstance(array.base, np.ndarray):
+    while isinstance(getattr(array, "base", None), np.ndarray):
         array = array.base
     return array

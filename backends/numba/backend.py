@@ -19,6 +19,7 @@ from xfuse.runtime.parallel import run_rows
 
 from .compile import compile_kernel, settle
 from .kernels import KernelSource, flattenable, write_kernel
+from .prepare import canonical, inline_calls
 
 NAME = "numba"
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
@@ -157,7 +158,9 @@ def output_runner(source: KernelSource, comp: Computation) -> Callable:
     block = rows if not source.row_blocked else max(1, min(rows, BLOCK_BYTES // row_bytes))
     split = source.parallel
     (lb, rb) = batch
-    lhs_axis = lb[0] if lb else next(i for i in range(lhs.rank) if i not in contracting[0])
+    lhs_axis = lb[0] if lb else next((i for i in range(lhs.rank) if i not in contracting[0]), None)
+    if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
+        block = rows
     full_dot = make_dot(lhs, rhs, contracting, batch, dot.shape.dtype)
     first = [True]
     in_out = source.dot_in_out and block >= rows and finish[0] is _AS_IS
@@ -236,7 +239,7 @@ def kernel_name(name: str) -> str:
 
 
 def compile_module(module: Module) -> Executable:
-    entry = module.entry_computation
+    entry = inline_calls(module, module.entry_computation)
     slots: dict[str, int] = {}
     steps: list[Step] = []
     constants: dict[int, np.ndarray] = {}
@@ -271,12 +274,12 @@ def compile_module(module: Module) -> Executable:
 
 
 def kernel_step(module: Module, entry: Computation, inst: Instruction, inputs, slot, sources) -> Step:
+    if inst.op is Op.FUSION and _plumbing(module[inst.attr("calls")]):
+        return nested_step(module, inst, inputs, slot)
     if inst.op is Op.FUSION:
-        body = module[inst.attr("calls")]
+        body = canonical(inline_calls(module, module[inst.attr("calls")]))
         kind = inst.attr("kind")
         label = f"{kind} fusion {body.name}"
-    elif inst.op is Op.CALL:
-        raise NotImplementedError(f"{inst.name}: the numba backend does not run call yet")
     else:
         body = single_op_computation(inst, entry)
         inputs = tuple(dict.fromkeys(inputs))
@@ -292,6 +295,31 @@ def kernel_step(module: Module, entry: Computation, inst: Instruction, inputs, s
         and all(s.dims == shapes[0].dims for s in shapes)
     return Step(inst.name, "kernel", runner, inputs, (slot,), specs, label, in_place,
                 getattr(runner, "scratch_bytes", 0))
+
+
+def _plumbing(body: Computation) -> bool:
+    """A fusion that passes tuples around (tuple parameters, or tuples inside its result):
+    no kernel can hold it, so it runs as a nested executable."""
+    root = body.root_instruction
+    if any(isinstance(i.shape, TupleShape) for i in body.instructions if i is not root):
+        return True
+    if not isinstance(root.shape, TupleShape):
+        return False
+    return root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements)
+
+
+def nested_step(module: Module, inst: Instruction, inputs, slot) -> Step:
+    body = module[inst.attr("calls")]
+    others = tuple(c for c in module.computations if c.name != body.name)
+    inner = compile_module(Module(module.name, (*others, body), body.name))
+    tupled = isinstance(body.root_instruction.shape, TupleShape)
+
+    def run(xs):
+        results = inner(list(xs))
+        return [tuple(results) if tupled else results[0]]
+
+    # An alias step to the planner: what it returns was allocated by the inner executable.
+    return Step(inst.name, "alias", run, inputs, (slot,), label=f"nested fusion {body.name}")
 
 
 def _results(entry: Computation, slots: dict[str, int]) -> list[int]:

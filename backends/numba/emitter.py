@@ -280,6 +280,13 @@ class Emitter:
         return name
 
     # ------------------------------------------------------------------ data movement
+    def op_get_tuple_element(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        """An element of a tuple built in the same kernel is that element's value."""
+        tup = self.comp[inst.operands[0]]
+        if tup.op is not Op.TUPLE:
+            raise NotImplementedError(f"the numba backend cannot take an element of {tup.op} inside a kernel ({inst.name})")
+        return self.value(tup.operands[inst.attr("index")], index)
+
     def op_broadcast_in_dim(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
         source = self.comp[inst.operands[0]].array_shape
         mapped = tuple(
