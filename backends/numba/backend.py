@@ -18,7 +18,7 @@ from xfuse.runtime.pool import POOL
 from xfuse.runtime.parallel import run_rows
 
 from .compile import compile_kernel, settle
-from .kernels import KernelSource, flattenable, write_kernel
+from .kernels import KernelSource, flattenable, reduction_space, write_kernel
 from .prepare import canonical, inline_calls
 
 NAME = "numba"
@@ -298,14 +298,19 @@ def kernel_step(module: Module, entry: Computation, inst: Instruction, inputs, s
 
 
 def _plumbing(body: Computation) -> bool:
-    """A fusion that passes tuples around (tuple parameters, or tuples inside its result):
-    no kernel can hold it, so it runs as a nested executable."""
+    """A fusion no single kernel can hold (tuples passed around inside it, or a loop fusion
+    whose outputs differ in shape): it runs as a nested executable, each op on its own. The
+    fusion pass makes none of these; hand-written or generated modules may."""
     root = body.root_instruction
     if any(isinstance(i.shape, TupleShape) for i in body.instructions if i is not root):
         return True
     if not isinstance(root.shape, TupleShape):
         return False
-    return root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements)
+    if root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements):
+        return True
+    # A loop kernel writes every output at one index: outputs of other shapes cannot share it.
+    dims = {e.dims for e in root.shape.elements}
+    return len(dims) > 1 and reduction_space(body) is None
 
 
 def nested_step(module: Module, inst: Instruction, inputs, slot) -> Step:

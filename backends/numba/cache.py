@@ -79,7 +79,8 @@ def environment_key() -> str:
 
         h = hashlib.sha256()
         for part in (FORMAT, __version__, numba.__version__, llvmlite.__version__,
-                     sys.version, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()):
+                     sys.version, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                     numba.config.BOUNDSCHECK):
             h.update(str(part).encode() + b"\0")
         for name in _KEYED_SOURCES:
             h.update((_HERE / name).read_bytes())

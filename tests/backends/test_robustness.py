@@ -1,0 +1,143 @@
+"""Modules the fusion pass never makes but a hand-written or generated module may hold, on the
+numba backend against the reference interpreter (each once found by random modules): a loop
+fusion whose outputs differ in shape (it once wrote past the smaller output), calls, names that
+are not Python identifiers, tuples inside a fusion, zero-size values, a scalar-times-vector dot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xfuse.backends.numba import compile_module
+from xfuse.hlo import interpret, parse, verify
+
+MODULES = {
+    "outputs_of_two_shapes": """
+HloModule two_shapes
+
+fused (p0: f32[4,2], p1: f32[4,1]) -> (f32[4,2], f32[4,1]) {
+  p0 = f32[4,2] parameter(0)
+  p1 = f32[4,1] parameter(1)
+  exp.0 = f32[4,2] exp(p0)
+  neg.1 = f32[4,1] neg(p1)
+  ROOT tuple.2 = (f32[4,2], f32[4,1]) tuple(exp.0, neg.1)
+}
+
+ENTRY main (x: f32[4,2], y: f32[4,1]) -> (f32[4,2], f32[4,1]) {
+  x = f32[4,2] parameter(0)
+  y = f32[4,1] parameter(1)
+  ROOT fusion.0 = (f32[4,2], f32[4,1]) fusion(x, y), kind=loop, calls=fused
+}
+""",
+    "calls_and_odd_names": """
+HloModule odd
+
+callee (ROOT: f32[3], ENTRY.0: f32[3]) -> f32[3] {
+  ROOT = f32[3] parameter(0)
+  ENTRY.0 = f32[3] parameter(1)
+  ROOT if = f32[3] add(ROOT, ENTRY.0)
+}
+
+fused (lambda: f32[3], Gv.wc-A: f32[3]) -> f32[3] {
+  lambda = f32[3] parameter(0)
+  Gv.wc-A = f32[3] parameter(1)
+  call.0 = f32[3] call(lambda, Gv.wc-A), calls=callee
+  ROOT tanh.1 = f32[3] tanh(call.0)
+}
+
+ENTRY main (x: f32[3], y: f32[3]) -> f32[3] {
+  x = f32[3] parameter(0)
+  y = f32[3] parameter(1)
+  call.2 = f32[3] call(x, y), calls=callee
+  ROOT fusion.3 = f32[3] fusion(call.2, y), kind=loop, calls=fused
+}
+""",
+    "tuples_inside_a_fusion": """
+HloModule tuples
+
+fused (p0: f32[2], p1: f32[2]) -> f32[2] {
+  p0 = f32[2] parameter(0)
+  p1 = f32[2] parameter(1)
+  tuple.0 = (f32[2], f32[2]) tuple(p0, p1)
+  get_tuple_element.1 = f32[2] get_tuple_element(tuple.0), index=1
+  ROOT mul.2 = f32[2] mul(get_tuple_element.1, p0)
+}
+
+ENTRY main (x: f32[2], y: f32[2]) -> f32[2] {
+  x = f32[2] parameter(0)
+  y = f32[2] parameter(1)
+  ROOT fusion.0 = f32[2] fusion(x, y), kind=loop, calls=fused
+}
+""",
+    "zero_size_values": """
+HloModule empty
+
+fused (p0: f64[0,3]) -> f64[0,3] {
+  p0 = f64[0,3] parameter(0)
+  constant.0 = f64[0,3] constant({})
+  ROOT add.1 = f64[0,3] add(p0, constant.0)
+}
+
+ENTRY main (x: f64[0,3]) -> f64[0,3] {
+  x = f64[0,3] parameter(0)
+  fusion.0 = f64[0,3] fusion(x), kind=loop, calls=fused
+  ROOT neg.1 = f64[0,3] neg(fusion.0)
+}
+""",
+    "scalar_times_vector_dot": """
+HloModule outer
+
+fused (p0: f32[], p1: f32[3]) -> f32[3] {
+  p0 = f32[] parameter(0)
+  p1 = f32[3] parameter(1)
+  dot_general.0 = f32[3] dot_general(p0, p1), contracting={;}
+  ROOT exp.1 = f32[3] exp(dot_general.0)
+}
+
+ENTRY main (a: f32[], v: f32[3]) -> f32[3] {
+  a = f32[] parameter(0)
+  v = f32[3] parameter(1)
+  ROOT fusion.0 = f32[3] fusion(a, v), kind=output, calls=fused
+}
+""",
+}
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_numba_matches_the_interpreter(name):
+    module = parse(MODULES[name])
+    verify(module)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(p.shape.dims).astype(p.shape.dtype.numpy)
+            for p in module.entry_computation.parameters]
+    want = interpret(module, *args)
+    got = compile_module(module)([a.copy() for a in args])
+    wants = list(want) if isinstance(want, tuple) else [want]
+    if len(got) == 1 and isinstance(got[0], tuple):  # a root that is a tuple-valued fusion
+        got = list(got[0])
+    assert len(got) == len(wants)
+    for g, w in zip(got, wants):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=2e-7, atol=0)  # exp, tanh: mathlib within 1 ulp
+
+
+def test_no_kernel_reads_or_writes_out_of_bounds():
+    """The same modules with numba's bounds checking on (in a process of its own: the flag is
+    read when numba starts): an access past an array's end raises instead of corrupting."""
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import numpy as np\n"
+        "from tests.backends.test_robustness import MODULES, test_numba_matches_the_interpreter\n"
+        "for name in MODULES:\n"
+        "    test_numba_matches_the_interpreter(name)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=600, check=False)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
