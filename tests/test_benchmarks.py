@@ -37,8 +37,6 @@ def run_worker(*arguments: str) -> dict:
 
 @pytest.mark.parametrize("engine", ["xfuse", "jax", "numpy", "numexpr"])
 def test_worker_times_one_small_workload(engine):
-    if engine == "numexpr":
-        pytest.importorskip("numexpr")
     result = run_worker("time", engine, "tiny_add_4")
     assert result["task"] == "time" and result["engine"] == engine
     assert result["workload"] == "tiny_add_4" and result["quick"] is True
