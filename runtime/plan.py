@@ -70,8 +70,9 @@ def make_plan(executable, donated: frozenset[int] = frozenset()) -> BufferPlan:
         for v in step.inputs:
             for buf in refers.get(v, ()):
                 last[buf] = i
-    plan = BufferPlan(argument_bytes=sum(spec.nbytes for spec in executable.param_specs))
-    donors = {params[p]: executable.param_specs[p] for p in sorted(donated) if p < len(params)}
+    specs = executable.param_specs
+    plan = BufferPlan(argument_bytes=sum(spec.nbytes for spec in specs if spec is not None))
+    donors = {params[p]: specs[p] for p in sorted(donated) if p < len(specs) and specs[p] is not None}
     root: dict = {}  # a buffer written in place -> the buffer whose memory it uses
     temps: list = []
     for i, step in enumerate(steps):

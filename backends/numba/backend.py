@@ -269,7 +269,8 @@ def compile_module(module: Module) -> Executable:
         else:
             steps.append(kernel_step(module, entry, inst, inputs, slot, sources))
     results = _results(entry, slots)
-    specs = [BufferSpec(p.array_shape.dims, p.array_shape.dtype.numpy) for p in entry.parameters]
+    specs = [None if isinstance(p.shape, TupleShape) else BufferSpec(p.shape.dims, p.shape.dtype.numpy)
+             for p in entry.parameters]  # a tuple argument (nested executables) has no buffer
     return Executable(params, results, steps, constants, len(slots), sources, specs)
 
 

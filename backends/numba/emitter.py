@@ -407,7 +407,8 @@ class Emitter:
             inside.append(f"({i.text} >= {s.text}) & ({i.text} < {s.text} + {n})")
             mapped.append(Ix(f"min(max({i.text} - {s.text}, 0), {n - 1})", i.deps | s.deps))
         new = self.value(inst.operands[1], tuple(mapped))
-        deps = old.deps | new.deps
+        # The condition reads the index and the starts: the statement lives where they do.
+        deps = old.deps | new.deps | frozenset().union(*(i.deps | s.deps for i, s in zip(index, starts)))
         condition = " & ".join(inside) or "True"
         return self.emit(f"({new.text} if {condition} else {old.text})", deps)
 

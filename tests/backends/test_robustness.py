@@ -89,6 +89,46 @@ ENTRY main (x: f64[0,3]) -> f64[0,3] {
   ROOT neg.1 = f64[0,3] neg(fusion.0)
 }
 """,
+    "update_of_a_constant_hoisted_out_of_its_loop": """
+HloModule hoist
+
+fused (p0: f64[2]) -> (f64[2], pred[2]) {
+  p0 = f64[2] parameter(0)
+  constant.1 = f64[] constant(nan)
+  broadcast_in_dim.2 = f64[2] broadcast_in_dim(constant.1), dims={}
+  min.3 = f64[2] min(p0, broadcast_in_dim.2)
+  constant.6 = u16[] constant(0)
+  dynamic_update_slice.7 = f64[2] dynamic_update_slice(broadcast_in_dim.2, broadcast_in_dim.2, constant.6)
+  exp.9 = f64[2] exp(p0)
+  ge.10 = pred[2] ge(exp.9, min.3)
+  ROOT tuple.out = (f64[2], pred[2]) tuple(dynamic_update_slice.7, ge.10)
+}
+
+ENTRY main (x: f64[2]) -> (pred[2], f64[2]) {
+  x = f64[2] parameter(0)
+  fusion.0 = (f64[2], pred[2]) fusion(x), kind=multi_output, calls=fused
+  gte.1 = f64[2] get_tuple_element(fusion.0), index=0
+  gte.2 = pred[2] get_tuple_element(fusion.0), index=1
+  ROOT tuple.3 = (pred[2], f64[2]) tuple(gte.2, gte.1)
+}
+""",
+    "a_tuple_argument_to_a_fusion": """
+HloModule tuple_arg
+
+fused (a: f32[3], t: (f32[3], f32[])) -> f32[3] {
+  a = f32[3] parameter(0)
+  t = (f32[3], f32[]) parameter(1)
+  first = f32[3] get_tuple_element(t), index=0
+  ROOT add.0 = f32[3] add(a, first)
+}
+
+ENTRY main (x: f32[3], s: f32[]) -> f32[3] {
+  x = f32[3] parameter(0)
+  s = f32[] parameter(1)
+  barrier.0 = (f32[3], f32[]) optimization_barrier(x, s)
+  ROOT fusion.1 = f32[3] fusion(x, barrier.0), kind=loop, calls=fused
+}
+""",
     "scalar_times_vector_dot": """
 HloModule outer
 
