@@ -309,9 +309,16 @@ def _plumbing(body: Computation) -> bool:
         return False
     if root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements):
         return True
-    # A loop kernel writes every output at one index: outputs of other shapes cannot share it.
+    # A loop kernel writes every output at one index: outputs of other shapes cannot share it;
+    # an input kernel writes its outputs over its whole space or once per row.
     dims = {e.dims for e in root.shape.elements}
-    return len(dims) > 1 and reduction_space(body) is None
+    space = reduction_space(body)
+    if space is None:
+        return len(dims) > 1
+    full, axes = space
+    kept = tuple(d for i, d in enumerate(full) if i not in axes)
+    units = tuple(1 if i in axes else d for i, d in enumerate(full))
+    return not dims <= {tuple(full), kept, units}
 
 
 def nested_step(module: Module, inst: Instruction, inputs, slot) -> Step:

@@ -129,6 +129,24 @@ ENTRY main (x: f32[3], s: f32[]) -> f32[3] {
   ROOT fusion.1 = f32[3] fusion(x, barrier.0), kind=loop, calls=fused
 }
 """,
+    "reduction_fusion_with_unrelated_outputs": """
+HloModule unrelated
+
+fused (n: u8[], t: s64[1,3]) -> (u8[], s64[1,3], s32[]) {
+  n = u8[] parameter(0)
+  t = s64[1,3] parameter(1)
+  constant.0 = s32[] constant(-7)
+  broadcast_in_dim.1 = s32[4] broadcast_in_dim(constant.0), dims={}
+  reduce_or.2 = s32[] reduce_or(broadcast_in_dim.1), axes={0}
+  ROOT tuple.3 = (u8[], s64[1,3], s32[]) tuple(n, t, reduce_or.2)
+}
+
+ENTRY main (x: s64[1,3], y: u8[]) -> (u8[], s64[1,3], s32[]) {
+  x = s64[1,3] parameter(0)
+  y = u8[] parameter(1)
+  ROOT fusion.2 = (u8[], s64[1,3], s32[]) fusion(y, x), kind=loop, calls=fused
+}
+""",
     "scalar_times_vector_dot": """
 HloModule outer
 
@@ -153,7 +171,7 @@ def test_numba_matches_the_interpreter(name):
     module = parse(MODULES[name])
     verify(module)
     rng = np.random.default_rng(3)
-    args = [rng.standard_normal(p.shape.dims).astype(p.shape.dtype.numpy)
+    args = [(rng.standard_normal(p.shape.dims) * 50).astype(p.shape.dtype.numpy)
             for p in module.entry_computation.parameters]
     want = interpret(module, *args)
     got = compile_module(module)([a.copy() for a in args])
