@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from .executable import Executable, KernelError
-from .pool import MIN_BYTES, POOL
+from .pool import POOL
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -80,8 +80,7 @@ class _Run:
             if step.kind == "alias":
                 outputs = step.run(inputs)
             else:
-                outputs = [np.empty(s.shape, s.dtype) if s.nbytes < MIN_BYTES else POOL.empty(tuple(s.shape), s.dtype)
-                           for s in step.out_specs]
+                outputs = [POOL.empty(tuple(s.shape), s.dtype) for s in step.out_specs]
                 step.run(inputs, outputs)
             if len(step.outputs) == 1 and len(step.out_specs) > 1:
                 outputs = [tuple(outputs)]

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,21 +105,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        with _suppress():
+        with suppress(OSError):
             os.unlink(tmp)
         raise
 
 
 def _temporary(name: str) -> bool:
     return name.startswith(".") or ".tmp" in name  # ours, or numba's `<file>.tmp.<uuid>`
-
-
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, OSError)
 
 
 @dataclass
@@ -154,14 +147,14 @@ class Entry:
         if problem == "no manifest":
             # Never compiled, or a process died (or is compiling now) between numba's save
             # and the manifest: nothing vouches for numba's files, so they are not used.
-            with _suppress():
+            with suppress(OSError):
                 shutil.rmtree(self.path / "__pycache__")
             return False
         warnings.warn(f"xfuse kernel cache: {self.path}: {problem}; compiling {self.name} again",
                       CacheWarning, stacklevel=4)
         stats.count("rejected")
         for path in (self.path / "__pycache__", self.manifest_file, self.source_file):
-            with _suppress():
+            with suppress(OSError):
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         return False
 

@@ -16,6 +16,8 @@ import xfuse
 from xfuse.runtime import BufferSpec, Executable, Step
 from xfuse.runtime.asynchronous import call_async
 
+from .planning import check_plan
+
 SHAPES = [(4,), (8,), (2, 4), (16,)]
 
 
@@ -60,54 +62,11 @@ def programs(draw):
     return Executable(list(range(n_params)), results, steps, {}, n, {}, specs, donated), specs
 
 
-def intervals(executable):
-    """(first step, last step reading it or a view) of each planned temporary."""
-    plan = executable.plan
-    refers = {}
-    for i, step in enumerate(executable.steps):
-        for slot in step.outputs:
-            if step.kind == "alias":
-                refers[slot] = set().union(*(refers.get(v, set()) for v in step.inputs))
-            else:
-                refers[slot] = {(i, 0)}
-    last = {}
-    for i, step in enumerate(executable.steps):
-        for v in step.inputs:
-            for buf in refers.get(v, ()):
-                last[buf] = i
-    reads = dict(last)
-    for buf, slot in plan.in_place.items():  # the reused buffer lives as long as its taker
-        for source in refers.get(slot, ()):
-            if source in last:
-                last[source] = max(last[source], last.get(buf, buf[0]))
-    return {buf: (buf[0], last.get(buf, buf[0])) for buf in plan.offsets}, refers, reads
-
-
 @settings(max_examples=150, deadline=None)
 @given(programs(), st.integers(0, 2**31 - 1))
 def test_plans_never_overlap_live_buffers_and_keep_results(program, seed):
     executable, specs = program
-    plan = executable.plan
-    spans, refers, last = intervals(executable)
-    for a, (sa, ea) in spans.items():
-        for b, (sb, eb) in spans.items():
-            if a < b and not (ea < sb or eb < sa):
-                lo_a, lo_b = plan.offsets[a], plan.offsets[b]
-                size = lambda buf: executable.steps[buf[0]].out_specs[0].nbytes  # noqa: E731
-                assert lo_a + size(a) <= lo_b or lo_b + size(b) <= lo_a, (a, b, plan)
-    for buf, slot in plan.in_place.items():
-        step = executable.steps[buf[0]]
-        if slot in executable.params:  # a donated argument
-            assert executable.params.index(slot) in executable.donated
-            read = max((i for i, s in enumerate(executable.steps)
-                        if any(("param", slot) in refers.get(v, {("param", v)}) for v in s.inputs)),
-                       default=-1)
-            assert read < buf[0] or (read == buf[0] and step.in_place), (slot, step.name)
-            continue
-        assert step.in_place, f"{step.name} is not in-place but was given {slot}"
-        assert slot in step.inputs
-        for source in refers.get(slot, ()):
-            assert last.get(source, -1) <= buf[0], f"{slot} is read after {step.name} overwrote it"
+    check_plan(executable)
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(s.shape).astype(np.float32) for s in specs]
     unplanned = call_async(executable, [a.copy() for a in arrays]).result(timeout=30)
