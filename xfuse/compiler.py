@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from xfuse.fusion import Fuse, FusionReport, PassRecord, parse_pipeline, run_pipeline
 from xfuse.hlo import Module, verify
 
-BACKENDS = ("numba", "reference")
+BACKENDS = ("numba", "c", "reference")
 DEFAULT_BACKEND = "numba"
 
 
@@ -20,6 +20,10 @@ def backend_compile(name: str) -> Callable:
         from xfuse.backends.numba import compile_module as compile_numba
 
         return compile_numba
+    if name == "c":
+        from xfuse.backends.c.backend import compile_module as compile_c
+
+        return compile_c
     from xfuse.backends import reference
 
     return reference.compile

@@ -78,6 +78,13 @@ class Compiled:
         """Flops and bytes accessed per kernel and in total."""
         return cost_analysis(self.module)
 
+    def save(self, path, *, target: str = "native"):
+        """Writes an AOT artifact (`xfuse.aot.load(path)` runs it with numpy alone); returns
+        the path. `target`: the CPU the native code is built for ("native", "x86-64-v2", ...)."""
+        from xfuse.aot.writer import save
+
+        return save(self, path, target=target)
+
     def kernel_source(self) -> str:
         """The generated source of every kernel (numba backend), one after another."""
         sources = getattr(self.executable, "kernel_sources", {}) or {}

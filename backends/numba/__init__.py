@@ -2,10 +2,22 @@
 
 `compile_module(module)` turns a fused module into a runtime `Executable`; `initialize()` does
 numba's one-time set-up ahead of the first compile; `cache` is the on-disk kernel cache. May
-import xfuse.hlo, xfuse.runtime, numba and numpy.
+import xfuse.hlo, xfuse.runtime, numba and numpy. numba is imported on first use of those
+names: the kernel writer (`kernels`, `lowering`) serves the C backend too, without numba.
 """
 
-from .backend import NAME, compile_module
-from .compile import initialize
+from importlib import import_module
+
+NAME = "numba"
+_LAZY = {"compile_module": ".backend", "initialize": ".compile"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["NAME", "compile_module", "initialize"]

@@ -138,9 +138,9 @@ def test_thread_count_comes_from_the_environment(monkeypatch):
 def test_output_fusion_in_row_blocks_matches_jax(monkeypatch, block_bytes):
     """The dot of an output fusion computed a block of rows at a time (one row, several rows
     with a ragged last block, all rows) gives the same numbers."""
-    from xfuse.backends.numba import backend
+    from xfuse.runtime import program
 
-    monkeypatch.setattr(backend, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(program, "BLOCK_BYTES", block_bytes)
     fn, args = inputs("mlp_softmax", 37, 1024)
     compiled = xfuse.jit(fn).lower(*args).compile()
     assert compiled.kernel_count() == 1

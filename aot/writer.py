@@ -1,0 +1,148 @@
+"""Writing AOT artifacts: a compiled function's fused module lowered to a program, its kernels
+rendered as C and built for the chosen target, packed with the manifest into one file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from xfuse.backends.c import toolchain
+from xfuse.backends.c.backend import build_library, c_source
+from xfuse.backends.numba.lowering import lower
+from xfuse.runtime import artifact
+from xfuse.runtime.program import Kernel, build, walk
+
+_LEAF = object()
+
+
+def tree_json(treedef, what: str):
+    """A jax tree structure as the artifact's JSON tree (tuples, lists, dicts, None, leaves)."""
+    import jax
+
+    structure = jax.tree_util.tree_unflatten(treedef, [_LEAF] * treedef.num_leaves)
+
+    def convert(x):
+        if x is _LEAF:
+            return "*"
+        if x is None:
+            return None
+        if isinstance(x, tuple):
+            return {"tuple": [convert(v) for v in x]}
+        if isinstance(x, list):
+            return {"list": [convert(v) for v in x]}
+        if isinstance(x, dict):
+            if not all(isinstance(k, str) for k in x):
+                raise ValueError(f"{what}: an artifact's dict keys must be strings, got {list(x)}")
+            return {"dict": [[k, convert(v)] for k, v in x.items()]}
+        raise ValueError(f"{what}: an artifact cannot hold a {type(x).__name__} in its signature "
+                         "(tuples, lists, dicts with string keys and None can)")
+
+    return convert(structure)
+
+
+def _compiler_version() -> str:
+    result = subprocess.run([*toolchain.compiler(), "--version"], capture_output=True, text=True)
+    return (result.stdout.splitlines() or ["unknown"])[0]
+
+
+def plan_summary(program: dict, constants: dict) -> dict:
+    """The buffer plan of a program (as the loader will make it), for `inspect`."""
+    dummy = {s["kernel"]: Kernel(lambda *a: None) for s in walk(program) if s["op"] == "kernel"}
+    executable = build(program, dummy, constants)
+    plan = executable.plan
+    buffers = []
+    for (step, k), offset in sorted(plan.offsets.items()):
+        spec = executable.steps[step].out_specs[k]
+        buffers.append({"step": executable.steps[step].name, "dims": list(spec.shape),
+                        "dtype": np.dtype(spec.dtype).name, "offset": offset})
+    for (step, k), slot in sorted(plan.in_place.items()):
+        buffers.append({"step": executable.steps[step].name, "in_place_of": slot})
+    stats = executable.memory_analysis()
+    return {"arena_bytes": plan.arena_bytes, "temp_bytes": stats.temp_size_in_bytes,
+            "argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
+            "buffers": buffers}
+
+
+def save(compiled, path: str | Path, *, target: str = "native") -> Path:
+    """Writes the artifact of an `xfuse.Compiled` to `path`; returns the path."""
+    info = compiled.lowered.info
+    if info.static:
+        pass  # static arguments are baked into the module, as in the compiled function
+    lowered = lower(compiled.module)
+    library = build_library(c_source(lowered), target).read_bytes()
+    n = len(info.leaves)
+    import jax
+
+    manifest = {
+        "name": compiled.module.name,
+        "xfuse": _version(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "target": {"system": sys.platform, "machine": platform.machine().lower(), "cpu": target,
+                   "features": list(toolchain.features(target)), "triple": toolchain.machine(),
+                   "compiler": _compiler_version()},
+        "signature": {
+            "in_tree": tree_json(info.in_tree, compiled.module.name),
+            "out_tree": tree_json(compiled.lowered.out_tree, compiled.module.name),
+            "args": [[list(s.shape.dims), s.shape.dtype.numpy.name, bool(s.weak)] for s in info.leaves],
+            "arg_names": info.splitter.dynamic_names(n + len(info.splitter.static_argnums))[:n],
+            "x64": bool(jax.config.jax_enable_x64),
+        },
+        "program": lowered.program,
+        "constants": {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in lowered.constants.items()},
+        "kernels": [{"name": s["kernel"], "label": s["label"], "rows": s["rows"], "parallel": s["parallel"]}
+                    for s in walk(lowered.program) if s["op"] == "kernel"],
+        "plan": plan_summary(lowered.program, lowered.constants),
+        "module": str(compiled.module),
+    }
+    blobs = {"library": library}
+    blobs.update({f"const:{k}": np.ascontiguousarray(v).tobytes() for k, v in lowered.constants.items()})
+    path = Path(path)
+    artifact.write(path, manifest, blobs)
+    return path
+
+
+def compile(fn, *args, path: str | Path, target: str = "native", static_argnums=(), **jit_options) -> Path:  # noqa: A001
+    """Compiles `fn` for `args` (arrays or `jax.ShapeDtypeStruct`s) and saves the artifact."""
+    import xfuse
+
+    compiled = xfuse.jit(fn, static_argnums=static_argnums, **jit_options).lower(*args).compile()
+    return save(compiled, path, target=target)
+
+
+def inspect(path: str | Path) -> str:
+    """A readable summary of an artifact: signature, kernels, buffer plan, sizes, target."""
+    manifest, blobs = artifact.read(path)
+    sig, target, plan = manifest["signature"], manifest["target"], manifest["plan"]
+    spans = manifest["blobs"]
+    lines = [f"{path}: xfuse artifact (format {manifest['format']}), {Path(path).stat().st_size} bytes",
+             f"  function   {manifest['name']}({', '.join(f'{n}: {d}{dims}' for n, (dims, d, _) in zip(sig['arg_names'], sig['args']))})",
+             f"  made by    xfuse {manifest['xfuse']} on {manifest['created']}",
+             f"  target     {target['system']}/{target['machine']} cpu={target['cpu']} "
+             f"({target['triple']}, {target['compiler']})",
+             f"  needs      {', '.join(target['features']) or 'no CPU extensions'}",
+             f"  library    {spans['library'][1]} bytes of native code",
+             f"  constants  {sum(n for k, (_, n) in spans.items() if k.startswith('const:'))} bytes"
+             f" in {len(manifest['constants'])} arrays",
+             f"  buffers    arena {plan['arena_bytes']} B, temporaries {plan['temp_bytes']} B, "
+             f"arguments {plan['argument_bytes']} B, outputs {plan['output_bytes']} B",
+             f"  kernels    {len(manifest['kernels'])}"]
+    for k in manifest["kernels"]:
+        lines.append(f"    {k['name']}: {k['label']}, {k['rows']} rows{', parallel' if k['parallel'] else ''}")
+    steps = list(walk(manifest["program"]))
+    lines.append(f"  steps      {len(steps)}: " + ", ".join(f"{s['op']} {s['name']}" for s in steps))
+    for b in plan["buffers"]:
+        where = f"arena+{b['offset']}" if "offset" in b else f"in place of value {b['in_place_of']}"
+        lines.append(f"    {b['step']}: {b.get('dtype', '')}{b.get('dims', '')} at {where}")
+    return "\n".join(lines) + "\n"
+
+
+def _version() -> str:
+    import xfuse
+
+    return xfuse.__version__

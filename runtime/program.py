@@ -1,0 +1,318 @@
+"""Programs: what a compiled module does, as plain data, and how the runtime runs it.
+
+A backend lowers a fused module to a `program` (dicts, lists, numbers and strings only, so it
+goes into an AOT artifact as JSON) and a set of kernel functions; `build(program, kernels,
+constants)` turns them into an `Executable`. Steps:
+
+- `kernel`: a compiled kernel over a row range, `fn(row_start, row_end, *inputs, *outputs)`
+  (output fusions: `fn(row_start, row_end, dot_start, dot, *inputs, *outputs)`, the dot's
+  result computed here by BLAS a block of rows at a time, or straight into the output).
+  f16/bf16 values are converted to f32 at the kernel boundary, as XLA:CPU does in its fusions.
+- `dot`: a dot_general through numpy's matmul (BLAS).
+- `alias`: a tuple, a tuple element or a reshape: views, no work.
+- `nested`: a program of its own (a fusion no single kernel holds), run as one step.
+
+Shapes are lists of ints, dtypes numpy names ("float32", "bfloat16": bfloat16 needs ml_dtypes).
+Imports numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .executable import BufferSpec, Executable, Step
+from .parallel import run_rows
+from .pool import POOL
+
+# An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
+# one BLAS call over all rows then the epilogue beat 1 MiB blocks (OpenBLAS's threads spin
+# between calls and slow the epilogue's), so only results past 16 MiB are split.
+BLOCK_BYTES = 1 << 24
+HALF = ("float16", "bfloat16")
+
+
+def dtype(name: str) -> np.dtype:
+    """A numpy dtype from its name; bfloat16 through ml_dtypes, imported only when needed."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes comes with jax
+            raise TypeError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def compute_dtype(name: str) -> np.dtype:
+    """What a kernel computes a dtype in: f16 and bf16 in f32."""
+    return np.dtype(np.float32) if name in HALF else dtype(name)
+
+
+def spec(entry) -> BufferSpec:
+    dims, name = entry
+    return BufferSpec(tuple(dims), dtype(name))
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel function and what to do after its first call (or None)."""
+
+    fn: Callable
+    settle: Callable | None = None
+
+
+# ---------------------------------------------------------------------------- dots
+def dot_plan(lhs, rhs, contracting, batch):
+    """Transposes that turn a dot_general into a batched matmul (B, M, K) @ (B, K, N)."""
+    (lc, rc), (lb, rb) = contracting, batch
+    lf = [i for i in range(len(lhs)) if i not in lc and i not in lb]
+    rf = [i for i in range(len(rhs)) if i not in rc and i not in rb]
+    size = lambda dims, axes: int(np.prod([dims[a] for a in axes])) if axes else 1  # noqa: E731
+    b, m, k, n = size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
+    return (list(lb) + lf + list(lc), (b, m, k)), (list(rb) + list(rc) + rf, (b, k, n)), (b, m, n)
+
+
+def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype) -> None:
+    if a3.dtype != work:
+        a3, b3 = a3.astype(work), b3.astype(work)
+    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
+        np.matmul(a3, b3, out=out.reshape(a3.shape[0], a3.shape[1], b3.shape[2]))
+
+
+def make_dot(lhs, rhs, contracting, batch, out_dtype: str) -> Callable:
+    """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous)."""
+    (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
+    work = compute_dtype(out_dtype)
+
+    def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        matmul(np.transpose(a, lperm).reshape(lshape), np.transpose(b, rperm).reshape(rshape), out, work)
+
+    return dot
+
+
+def dot_run(step: dict) -> Callable:
+    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"])
+    work, target = compute_dtype(step["dtype"]), dtype(step["dtype"])
+    dims = tuple(step["dims"])
+
+    def run(inputs, outputs):
+        if work == target:
+            fn(inputs[0], inputs[1], outputs[0])
+        else:
+            tmp = np.empty(dims, work)
+            fn(inputs[0], inputs[1], tmp)
+            _narrow(outputs[0], tmp)
+
+    return run
+
+
+def _block_dot(a, b, out, d: dict, work) -> None:
+    (lperm, _), (rperm, _), _ = dot_plan(d["lhs"], d["rhs"], d["contracting"], d["batch"])
+    (lc, rc), (lb, _) = d["contracting"], d["batch"]
+    a_t, b_t = np.transpose(a, lperm), np.transpose(b, rperm)
+    nb = len(lb)
+    lf = a.ndim - len(lc) - nb
+    bsize = int(np.prod(a_t.shape[:nb])) if nb else 1
+    m = int(np.prod(a_t.shape[nb : nb + lf])) if lf else 1
+    k = int(np.prod(a_t.shape[nb + lf :])) if len(lc) else 1
+    n = int(np.prod(b_t.shape[nb + len(rc) :])) if b_t.ndim > nb + len(rc) else 1
+    matmul(a_t.reshape(bsize, m, k), b_t.reshape(bsize, k, n), out, work)
+
+
+def _rows(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
+    index = [slice(None)] * array.ndim
+    index[axis] = slice(start, end)
+    return array[tuple(index)]
+
+
+# ---------------------------------------------------------------------------- kernels
+def _same(a):
+    return a
+
+
+def _preparer(dims, name: str) -> Callable:
+    """What a kernel reads for an input: f16/bf16 widened to f32, a scalar as one element."""
+    convert, scalar = name in HALF, len(dims) == 0
+    if not convert and not scalar:
+        return _same
+    if convert:
+        return lambda a: a.astype(np.float32).reshape(-1) if scalar else a.astype(np.float32)
+    return lambda a: a.reshape(-1)
+
+
+def _narrow(out: np.ndarray, wide: np.ndarray) -> None:
+    """f32 results into an f16/bf16 output: rounding to nearest, overflow to inf as in XLA."""
+    with np.errstate(over="ignore"):
+        out[...] = wide.reshape(out.shape).astype(out.dtype)
+
+
+_AS_IS = (_same, lambda o, tmp: None)
+
+
+def _finisher(dims, name: str) -> tuple[Callable, Callable]:
+    """(the buffer the kernel writes, then copy it into the real output)."""
+    if name in HALF:
+        return (lambda o: np.empty(o.shape, np.float32).reshape(-1) if o.ndim == 0 else np.empty(o.shape, np.float32),
+                _narrow)
+    if len(dims) == 0:
+        return (lambda o: o.reshape(-1), lambda o, tmp: None)
+    return _AS_IS
+
+
+def kernel_run(step: dict, kernel: Kernel) -> Callable:
+    """run(inputs, outputs) for a kernel step."""
+    if step.get("dot") is not None:
+        return _output_run(step, kernel)
+    fn, settle = kernel.fn, kernel.settle
+    prepare = [_preparer(dims, name) for dims, name in step["params"]]
+    finish = [_finisher(dims, name) for dims, name in step["specs"]]
+    rows, split = step["rows"], step["parallel"]
+    first = [settle is not None]
+    if not split and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
+
+        def serial(inputs, outputs):  # the common small case: no conversion, one thread
+            fn(0, rows, *inputs, *outputs)
+            if first[0]:
+                first[0] = False
+                settle(fn)
+
+        serial.dispatcher = fn
+        return serial
+
+    def run(inputs, outputs):
+        args = [f(a) for f, a in zip(prepare, inputs)]
+        outs = [f[0](o) for f, o in zip(finish, outputs)]
+        run_rows(lambda start, end: fn(start, end, *args, *outs), rows, split)
+        for f, o, tmp in zip(finish, outputs, outs):
+            f[1](o, tmp)
+        if first[0]:  # the first call compiled the kernel or loaded it from a disk cache
+            first[0] = False
+            settle(fn)
+
+    run.dispatcher = fn
+    return run
+
+
+def _output_run(step: dict, kernel: Kernel) -> Callable:
+    """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue."""
+    fn, settle = kernel.fn, kernel.settle
+    d = step["dot"]
+    lhs, rhs, contracting, batch = d["lhs"], d["rhs"], d["contracting"], d["batch"]
+    li, ri = d["operands"]
+    dims = tuple(d["dims"])
+    prepare = [_preparer(dims_, name) for dims_, name in step["params"]]
+    finish = [_finisher(dims_, name) for dims_, name in step["specs"]]
+    work = compute_dtype(d["dtype"])
+    row_bytes = max(1, int(np.prod(dims[1:])) * work.itemsize) if dims else 1
+    rows = dims[0] if dims else 1
+    block = rows if not d["row_blocked"] else max(1, min(rows, BLOCK_BYTES // row_bytes))
+    split = step["parallel"]
+    lb, rb = batch
+    lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in contracting[0]), None)
+    if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
+        block = rows
+    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"])
+    first = [settle is not None]
+    in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
+
+    def run(inputs, outputs):
+        args = [f(a) for f, a in zip(prepare, inputs)]
+        outs = [f[0](o) for f, o in zip(finish, outputs)]
+        a, b = inputs[li], inputs[ri]
+        if block >= rows:
+            buf = outs[0] if in_out else POOL.empty(dims, work)
+            full_dot(a, b, buf)
+            flat = buf.reshape(-1) if not dims else buf
+            run_rows(lambda s, e: fn(s, e, 0, flat, *args, *outs), step["rows"], split)
+        else:
+            buf = POOL.empty((block,) + dims[1:], work)
+            for start in range(0, rows, block):
+                end = min(rows, start + block)
+                part = buf[: end - start]
+                b_rows = _rows(b, rb[0], start, end) if lb else b
+                _block_dot(_rows(a, lhs_axis, start, end), b_rows, part, d, work)
+                run_rows(
+                    lambda s, e, start=start, part=part: fn(start + s, start + e, start, part, *args, *outs),
+                    end - start,
+                    split,
+                )
+        for f, o, tmp in zip(finish, outputs, outs):
+            f[1](o, tmp)
+        if first[0]:
+            first[0] = False
+            settle(fn)
+
+    run.dispatcher = fn
+    run.scratch_bytes = 0 if in_out else min(block, rows) * row_bytes
+    return run
+
+
+# ---------------------------------------------------------------------------- programs
+def _alias(step: dict) -> tuple[Callable, int | None]:
+    kind = step["kind"]
+    if kind == "tuple":
+        return (lambda xs: [tuple(xs)]), -1
+    if kind == "barrier":
+        return (lambda xs: [tuple(xs)]), None
+    if kind == "element":
+        i = step["index"]
+        return (lambda xs: [xs[0][i]]), i
+    if kind == "reshape":
+        dims = tuple(step["dims"])
+        return (lambda xs: [xs[0].reshape(dims)]), None
+    raise ValueError(f"step {step.get('name')!r}: unknown alias kind {kind!r}")
+
+
+def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, np.ndarray],
+          sources: Mapping[str, str] | None = None) -> Executable:
+    """The executable of `program`, given its kernels by name and its constants by key (a
+    program's `constants` maps each constant's value slot to its key)."""
+    steps = []
+    for s in program["steps"]:
+        op, inputs, outputs = s["op"], tuple(s["inputs"]), tuple(s["outputs"])
+        if op == "alias":
+            run, element = _alias(s)
+            steps.append(Step(s["name"], "alias", run, inputs, outputs, element=element))
+        elif op == "dot":
+            specs = (spec((s["dims"], s["dtype"])),)
+            steps.append(Step(s["name"], "blas", dot_run(s), inputs, outputs, specs, "dot_general"))
+        elif op == "kernel":
+            if s["kernel"] not in kernels:
+                raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
+            run = kernel_run(s, kernels[s["kernel"]])
+            specs = tuple(spec(e) for e in s["specs"])
+            steps.append(Step(s["name"], "kernel", run, inputs, outputs, specs, s["label"], s["in_place"],
+                              getattr(run, "scratch_bytes", 0)))
+        elif op == "nested":
+            inner = build(s["program"], kernels, constants, sources)
+            steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
+                              label=s["label"]))
+        else:
+            raise ValueError(f"step {s.get('name')!r}: unknown step kind {op!r}")
+    specs = [None if p is None else spec(p) for p in program["param_specs"]]
+    own = {int(slot): constants[key] for slot, key in program["constants"].items()}
+    kernel_sources = {s["name"]: sources[s["kernel"]] for s in program["steps"]
+                      if s["op"] == "kernel" and sources and s["kernel"] in sources}
+    return Executable(list(program["params"]), list(program["results"]), steps, own,
+                      program["n_values"], kernel_sources, specs)
+
+
+def _nested_run(inner: Executable, tupled: bool) -> Callable:
+    def run(xs):
+        results = inner(list(xs))
+        return [tuple(results) if tupled else results[0]]
+
+    return run
+
+
+def walk(program: dict):
+    """Every step of a program, nested programs' steps included."""
+    for s in program["steps"]:
+        yield s
+        if s["op"] == "nested":
+            yield from walk(s["program"])
+
+
+__all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "walk"]
