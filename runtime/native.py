@@ -23,26 +23,26 @@ def open_library(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(os.fspath(path))
 
 
+_OPEN_FILES: list[int] = []  # memory files of loaded libraries, open for the process's life
+
+
 def open_library_bytes(data: bytes, name: str = "xfuse-kernels") -> ctypes.CDLL:
-    """A shared library from its bytes: through an anonymous memory file where the system has
-    them (Linux), else a temporary file removed once loaded."""
+    """A shared library from its bytes, through an anonymous memory file where the system has
+    them (Linux), else a private temporary file. The loader reuses a library already loaded
+    under the same path (or the same inode), so neither is ever reused while loaded: the
+    memory file stays open, the temporary folder stays."""
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create(name, 0)
-        try:
-            os.write(fd, data)
-            return ctypes.CDLL(f"/proc/self/fd/{fd}")
-        finally:
-            os.close(fd)
-    handle, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".so")
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(data)
-        return ctypes.CDLL(path)
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:  # pragma: no cover - Windows keeps a loaded library's file
-            pass
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        library = ctypes.CDLL(f"/proc/self/fd/{fd}")
+        _OPEN_FILES.append(fd)
+        return library
+    path = os.path.join(tempfile.mkdtemp(prefix="xfuse-aot-"), f"{name}.so")
+    with open(path, "wb") as f:
+        f.write(data)
+    return ctypes.CDLL(path)
 
 
 def kernel_arity(step: dict) -> tuple[int, int, int]:

@@ -1,4 +1,4 @@
-"""The `xfuse` command line. Subcommands: `demo`, `bench`.
+"""The `xfuse` command line. Subcommands: `demo`, `bench`, `aot` (compile, run, inspect).
 
 `bench` runs the benchmark suite of the source tree (`benchmarks/`, beside this package's
 folder); its options are the suite's own (`xfuse bench --help`).
@@ -38,9 +38,15 @@ def main(argv: list[str] | None = None) -> int:
         add_help=False,  # --help and every other option go to the suite
         help="benchmark xfuse against jax.jit, NumPy and numexpr (options: xfuse bench --help)",
     )
+    sub.add_parser("aot", add_help=False,
+                   help="ahead-of-time artifacts: xfuse aot compile|run|inspect (xfuse aot --help)")
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         return _bench(rest)
+    if args.command == "aot":
+        from xfuse.aot.cli import main as aot
+
+        return aot(rest, prog="xfuse aot")
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "demo":

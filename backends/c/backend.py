@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from xfuse.hlo import Module
@@ -20,18 +19,9 @@ from xfuse.runtime.program import build
 
 from ..numba.lowering import Lowered, lower
 from . import toolchain
-from .render import library_source
+from .render import library_source, render_kernel
 
 NAME = "c"
-
-
-@dataclass
-class Library:
-    """A module's program and constants, the C source of its kernels and the built library."""
-
-    lowered: Lowered
-    source: str
-    path: Path | None = None
 
 
 def kernel_args(lowered: Lowered, name: str) -> list:
@@ -45,8 +35,9 @@ def kernel_args(lowered: Lowered, name: str) -> list:
     return args
 
 
-def c_source(lowered: Lowered) -> str:
-    return library_source([(source, kernel_args(lowered, name)) for name, source in lowered.kernels.items()])
+def c_source(*lowered: Lowered) -> str:
+    """One C file with the kernels of every lowered module given."""
+    return library_source([(source, kernel_args(low, name)) for low in lowered for name, source in low.kernels.items()])
 
 
 def cache_dir() -> Path | None:
@@ -81,14 +72,21 @@ def build_library(source: str, target: str = "native", *, openmp: bool = False) 
 
 
 def compile_module(module: Module) -> Executable:
-    lowered = lower(module)
-    source = c_source(lowered)
-    library = open_library(build_library(source))
-    found = library_kernels(library, lowered.program)
-    sources = {name: s.source for name, s in lowered.kernels.items()}
-    executable = build(lowered.program, found, lowered.constants, sources)
-    executable.library = library  # kept alive with the executable
-    return executable
+    return compile_modules([module])[0]
 
 
-__all__ = ["NAME", "Library", "build_library", "c_source", "compile_module", "kernel_args"]
+def compile_modules(modules: list[Module]) -> list[Executable]:
+    """Executables for several modules from one library (one compiler run)."""
+    lowered = [lower(m, f"m{i}_" if len(modules) > 1 else "") for i, m in enumerate(modules)]
+    library = open_library(build_library(c_source(*lowered)))
+    executables = []
+    for low in lowered:
+        found = library_kernels(library, low.program)
+        sources = {name: render_kernel(s, kernel_args(low, name)) for name, s in low.kernels.items()}
+        executable = build(low.program, found, low.constants, sources)
+        executable.library = library  # kept alive with the executable
+        executables.append(executable)
+    return executables
+
+
+__all__ = ["NAME", "build_library", "c_source", "compile_module", "compile_modules", "kernel_args"]

@@ -37,6 +37,7 @@ UNARY_LIB = {"sqrt": "XF_SQRT", "floor": "XF_FLOOR", "ceil": "XF_CEIL", "rint": 
 HEADER = Path(__file__).with_name("xfuse_kernels.h")
 
 PRELUDE = r"""
+#include <stdlib.h>
 #define XF_EXPORT __attribute__((visibility("default")))
 #define XF_MIN(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); xf_a < xf_b ? xf_a : xf_b; })
 #define XF_MAX(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); xf_a > xf_b ? xf_a : xf_b; })

@@ -46,9 +46,10 @@ def kernel_name(name: str) -> str:
     return "k_" + "".join(c if c.isalnum() else "_" for c in name)
 
 
-def lower(module: Module) -> Lowered:
+def lower(module: Module, prefix: str = "") -> Lowered:
+    """The program of `module`; its kernel names start with `k_` and `prefix`."""
     out = Lowered({})
-    out.program = _lower(module, module.entry_computation, out, "")
+    out.program = _lower(module, module.entry_computation, out, prefix)
     return out
 
 

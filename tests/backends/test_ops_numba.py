@@ -27,23 +27,39 @@ def chosen_trials(op: Op, dtype: DType) -> list[Trial]:
     return [trials[0], trials[rotated]]
 
 
-def run_numba(op: Op, trial: Trial) -> object:
+def module_of(op: Op, trial: Trial) -> tuple[Module, bool]:
+    """A module applying `op` to the trial's parameters; whether its result is a tuple."""
     b = Builder("main")
     params = [b.parameter(Shape.of(a), f"p{i}") for i, a in enumerate(trial.arrays)]
     root = trial.build(b, *params) if trial.build is not None else b.emit(op, *params, **trial.attrs)
-    if isinstance(root.shape, TupleShape):  # the executable returns a tuple's elements
+    tupled = isinstance(root.shape, TupleShape)
+    if tupled:  # the executable returns a tuple's elements
         root = b.tuple(*(b.get_tuple_element(root, index=i) for i in range(len(root.shape.elements))))
-    executable = compile_module(Module.of(b.build(root)))
+    return Module.of(b.build(root)), tupled
+
+
+def run_on(executable, trial: Trial, tupled: bool) -> object:
     outputs = executable(list(trial.arrays))
-    return tuple(outputs) if isinstance(root.shape, TupleShape) else outputs[0]
+    return tuple(outputs) if tupled else outputs[0]
+
+
+def check_trial(backend: str, op: Op, dtype: DType, trial: Trial, run) -> None:
+    """Runs `run(trial)` on copies of nothing: checks the inputs are left alone and the result
+    agrees with the reference."""
+    inputs = [a.copy() for a in trial.arrays]
+    got = run(trial)
+    for before, after in zip(inputs, trial.arrays):
+        assert before.tobytes() == after.tobytes(), f"{backend} {op}({dtype}) wrote into its input"
+    details = [f"{k}={v}" for k, v in trial.attrs.items()] + [trial.label] * bool(trial.label)
+    check(op, trial, got, SPECS[op].tolerance, f"{backend} {op}({dtype}) {', '.join(details)}")
+
+
+def run_numba(op: Op, trial: Trial) -> object:
+    module, tupled = module_of(op, trial)
+    return run_on(compile_module(module), trial, tupled)
 
 
 @pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{dtype}" for op, dtype in CASES])
 def test_op_matches_reference(op: Op, dtype: DType) -> None:
     for trial in chosen_trials(op, dtype):
-        inputs = [a.copy() for a in trial.arrays]
-        got = run_numba(op, trial)
-        for before, after in zip(inputs, trial.arrays):
-            assert before.tobytes() == after.tobytes(), f"numba {op}({dtype}) wrote into its input"
-        details = [f"{k}={v}" for k, v in trial.attrs.items()] + [trial.label] * bool(trial.label)
-        check(op, trial, got, SPECS[op].tolerance, f"numba {op}({dtype}) {', '.join(details)}")
+        check_trial("numba", op, dtype, trial, lambda t: run_numba(op, t))
