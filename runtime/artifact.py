@@ -21,17 +21,24 @@ Imports numpy and the standard library only (ml_dtypes for bfloat16 signatures).
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import platform
 import struct
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from . import native, program
+
+try:  # the built-in SHA-256: importing hashlib loads OpenSSL, a quarter of a loader's start-up
+    from _sha256 import sha256
+except ImportError:  # Python 3.12 renamed it
+    try:
+        from _sha2 import sha256
+    except ImportError:  # pragma: no cover - a Python built without it
+        from hashlib import sha256
 
 MAGIC = b"XFUSEAOT"
 FORMAT = 1
@@ -53,25 +60,28 @@ def pack(manifest: dict, blobs: dict[str, bytes]) -> bytes:
     manifest = {**manifest, "format": FORMAT, "blobs": offsets}
     text = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     body = text + b"".join(data)
-    return PREFIX.pack(MAGIC, FORMAT, 0, len(text), hashlib.sha256(body).digest()) + body
+    return PREFIX.pack(MAGIC, FORMAT, 0, len(text), sha256(body).digest()) + body
 
 
-def write(path: str | Path, manifest: dict, blobs: dict[str, bytes]) -> int:
+def write(path, manifest: dict, blobs: dict[str, bytes]) -> int:
     """Writes an artifact atomically (a reader never sees half a file); returns its size."""
-    path = Path(path)
+    path = os.fspath(path)
     data = pack(manifest, blobs)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
     return len(data)
 
 
 # ---------------------------------------------------------------------------- reading
-def read(path: str | Path) -> tuple[dict, memoryview]:
+def read(path) -> tuple[dict, memoryview]:
     """(manifest, blob area) of a checked artifact."""
-    path = Path(path)
+    path = os.fspath(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read the artifact ({e.strerror or e})") from None
     return parse(data, str(path))
@@ -91,7 +101,7 @@ def parse(data: bytes, where: str = "artifact") -> tuple[dict, memoryview]:
     if version < 1:
         raise ArtifactError(f"{where}: unknown artifact format {version}")
     body = memoryview(data)[PREFIX.size :]
-    if hashlib.sha256(body).digest() != digest:
+    if sha256(body).digest() != digest:
         if PREFIX.size + length > len(data):
             raise ArtifactError(f"{where}: truncated ({len(data)} bytes; its manifest alone needs "
                                 f"{PREFIX.size + length})")
@@ -131,7 +141,7 @@ def check_target(manifest: dict, where: str) -> None:
                             "e.g. `--target x86-64-v2`")
 
 
-def load(path: str | Path) -> Loaded:
+def load(path) -> Loaded:
     """The function in an artifact, ready to call: `load("mlp.xfa")(x, w, b)`."""
     manifest, blobs = read(path)
     return Loaded(manifest, blobs, str(path))

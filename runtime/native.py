@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
@@ -39,6 +38,8 @@ def open_library_bytes(data: bytes, name: str = "xfuse-kernels") -> ctypes.CDLL:
         library = ctypes.CDLL(f"/proc/self/fd/{fd}")
         _OPEN_FILES.append(fd)
         return library
+    import tempfile
+
     path = os.path.join(tempfile.mkdtemp(prefix="xfuse-aot-"), f"{name}.so")
     with open(path, "wb") as f:
         f.write(data)

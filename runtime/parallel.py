@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_pool = None  # a concurrent.futures.ThreadPoolExecutor, made on first use
 _threads = 0
 
 
@@ -42,7 +41,9 @@ def set_num_threads(n: int | None) -> None:
             _pool = None
 
 
-def _get_pool(workers: int) -> ThreadPoolExecutor:
+def _get_pool(workers: int):
+    from concurrent.futures import ThreadPoolExecutor
+
     global _pool
     with _lock:
         if _pool is None or _pool._max_workers < workers:  # noqa: SLF001 - sizing only

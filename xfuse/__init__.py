@@ -9,12 +9,6 @@ neither jax nor numba.
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("xfuse")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
 
 _LAZY = {
     "jit": ".api",
@@ -24,7 +18,21 @@ _LAZY = {
 }
 
 
+def _version() -> str:
+    """The installed version (looked up on first use: importlib.metadata is slow to import,
+    and an AOT artifact's loader imports this package)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("xfuse")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()["__version__"] = value = _version()
+        return value
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name], __name__), name)
         globals()[name] = value
