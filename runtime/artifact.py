@@ -179,20 +179,22 @@ class Loaded:
         self.arg_names = signature["arg_names"]
         self.specs = [(tuple(dims), program.dtype(name), weak) for dims, name, weak in signature["args"]]
         self.x64 = signature.get("x64", False)
-        self._fast = self.in_tree == _positional(len(self.specs)) and not any(w for _, _, w in self.specs)
+        positional = self.in_tree == _positional(len(self.specs)) and not any(w for _, _, w in self.specs)
+        # The fast path: positional numpy arrays of exactly the signature's shapes and dtypes.
+        self._fast = [(s, d) for s, d, _ in self.specs] if positional else None
         self._runner = self.executable.runner()
+        self._single = self.out_tree == "*"
 
     def __repr__(self) -> str:
         args = ", ".join(f"{d.name}{list(s)}" for s, d, _ in self.specs)
         return f"<xfuse artifact {self.name}({args}) from {self.path}>"
 
     def __call__(self, *args, **kwargs):
-        if self._fast and not kwargs and len(args) == len(self.specs) and all(
-                type(a) is np.ndarray and a.shape == s and a.dtype == d for a, (s, d, _) in zip(args, self.specs)):
-            outputs = self._runner(list(args))
+        if not kwargs and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == self._fast:
+            outputs = self._runner(args)
         else:
             outputs = self.executable(self.check(args, kwargs))
-        return unflatten(self.out_tree, iter(outputs))
+        return outputs[0] if self._single else unflatten(self.out_tree, iter(outputs))
 
     def check(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
         """The flat argument arrays; TypeError naming the first argument that does not fit."""

@@ -73,15 +73,24 @@ def kernels(library: ctypes.CDLL, program: dict) -> dict[str, Kernel]:
 
 def adapt(cfn, name: str, ints: int, inputs: int) -> Callable:
     """fn(*ints, *arrays) over numpy arrays: inputs made C-contiguous and native-endian where
-    they are not (outputs always are: the runtime allocates them)."""
+    they are not (outputs always are: the runtime allocates them). A writable array's address
+    is read through ctypes' buffer view (a third of the time of `ndarray.ctypes.data`)."""
+    view, address = ctypes.c_char.from_buffer, ctypes.addressof
+
+    def pointer(a) -> int:
+        try:
+            return address(view(a))
+        except (TypeError, ValueError, BufferError):  # read-only or empty
+            return a.ctypes.data
 
     def call(*args):
-        arrays = list(args[ints:])
+        arrays = args[ints:]
         for k in range(inputs):
             a = arrays[k]
             if not (a.flags.c_contiguous and a.dtype.isnative):
+                arrays = list(arrays)
                 arrays[k] = np.ascontiguousarray(a, a.dtype.newbyteorder("="))
-        if cfn(*args[:ints], *[a.ctypes.data for a in arrays]):
+        if cfn(*args[:ints], *[pointer(a) for a in arrays]):
             raise MemoryError(f"kernel {name} could not allocate its row buffers")
 
     call.__name__ = name
