@@ -60,23 +60,42 @@ class CompilerError(RuntimeError):
 
 @cache
 def compiler() -> tuple[str, ...]:
-    """The compiler command: `$CC`, else cc, gcc or clang from PATH."""
+    """The compiler command: `$CC`, else cc, gcc or clang from PATH, else zig's clang from the
+    `ziglang` package (`pip install ziglang`: a C compiler for machines that have none)."""
     if os.environ.get("CC"):
         return tuple(shlex.split(os.environ["CC"]))
     for name in ("cc", "gcc", "clang"):
         path = shutil.which(name)
         if path:
             return (path,)
+    try:
+        import ziglang  # noqa: F401 - only its presence matters
+    except ImportError:
+        pass
+    else:
+        return (sys.executable, "-m", "ziglang", "cc")
     raise CompilerError(
         "no C compiler found: set CC, or install one (Debian/Ubuntu: apt install gcc; "
-        "macOS: xcode-select --install)"
+        "macOS: xcode-select --install; anywhere: pip install ziglang)"
     )
+
+
+def is_zig() -> bool:
+    return any("zig" in Path(part).name for part in compiler())
+
+
+def openmp_available() -> bool:
+    """Whether the compiler links OpenMP (zig's clang has no OpenMP runtime)."""
+    return not is_zig()
 
 
 def target_flags(target: str) -> tuple[str, ...]:
     if target not in TARGETS:
         raise ValueError(f"target={target!r} is not known; choose one of {', '.join(TARGETS)}")
-    return TARGETS[target]
+    flags = TARGETS[target]
+    if is_zig() and target != "native":  # zig names CPUs x86_64_v3, with -mcpu
+        return (f"-mcpu={target.replace('-', '_')}",)
+    return flags
 
 
 @cache
@@ -122,4 +141,5 @@ def compile_shared(source: str, output: Path, target: str = "native", *, openmp:
 
 def build_flags(target: str = "native", openmp: bool = False) -> list[str]:
     """The flags `compile_shared` uses (also for building the same code by hand)."""
-    return [*FLAGS, *target_flags(target), "-fopenmp" if openmp else "-fopenmp-simd"]
+    quirks = ["-Wno-unused-command-line-argument"] if is_zig() else []  # zig adds its own -c
+    return [*FLAGS, *target_flags(target), "-fopenmp" if openmp else "-fopenmp-simd", *quirks]

@@ -230,7 +230,7 @@ def test_every_helper_loop_vectorises(tmp_path):
     source.write_text(PRELUDE + _math_wrappers(MATH) + _scalar_wrappers())
     subprocess.run([*compiler(), *build_flags("native"), "-I", str(HEADER.parent), *WARNINGS, "-S",
                     "-o", str(assembly), str(source)], check=True, capture_output=True)
-    bodies = dict(re.findall(r"^(\w+):\n(.*?)^\s*\.size\s+\1,", assembly.read_text(),
+    bodies = dict(re.findall(r"^(\w+):\n(.*?)^\s*\.size\s+\1,", assembly.read_text(errors="replace"),
                              re.M | re.S))
     names = [f"map_{n}_{s}" for n, s in MATH] + [
         n for n in bodies if n.startswith(("map_", "call_rows_"))]
