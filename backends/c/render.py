@@ -32,6 +32,7 @@ SUFFIX = {
     "pred": "bool",
 }  # fmt: skip
 FLOATS = ("float", "double")
+INTEGERS = ("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t")
 UNARY_LIB = {"sqrt": "XF_SQRT", "floor": "XF_FLOOR", "ceil": "XF_CEIL", "rint": "XF_RINT",
              "trunc": "XF_TRUNC"}
 HEADER = Path(__file__).with_name("xfuse_kernels.h")
@@ -49,6 +50,13 @@ PRELUDE = r"""
 #define XF_RINT(x) _Generic((x), float: rintf, default: rint)(x)
 #define XF_TRUNC(x) _Generic((x), float: truncf, default: trunc)(x)
 #define XF_FMOD(a, b) _Generic((a), float: fmodf, default: fmod)(a, b)
+/* An integer converted to float is never -0.0, but under -fno-trapping-math gcc folds
+   (float)(int)x into truncf(x), which keeps the sign of a zero; clearing the sign bit of a
+   zero through its bits (which gcc does not reason about) restores +0.0. */
+static inline float xf_unsign0_f32(float f) {
+    uint32_t b; memcpy(&b, &f, 4); b &= f == 0.0f ? 0x7fffffffu : 0xffffffffu; memcpy(&f, &b, 4); return f; }
+static inline double xf_unsign0_f64(double f) {
+    uint64_t b; memcpy(&b, &f, 8); b &= f == 0.0 ? 0x7fffffffffffffffull : ~0ull; memcpy(&f, &b, 8); return f; }
 /* Python's // and % on integers: the quotient rounded toward minus infinity. */
 #define XF_FLOORDIV(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); \
     __auto_type xf_q = xf_a / xf_b; \
@@ -404,6 +412,8 @@ class Renderer:
         if module == "np":
             if name in CTYPES and len(args) == 1:
                 ctype = CTYPES[name]
+                if ctype in FLOATS and args[0][1] in INTEGERS:  # see XF_UNSIGN0_*: int 0 is +0.0
+                    return f"xf_unsign0_{'f32' if ctype == 'float' else 'f64'}(({ctype})({texts[0]}))", ctype
                 return f"(({ctype})({texts[0]}))", ctype
             if name in UNARY_LIB and len(args) == 1:
                 return f"{UNARY_LIB[name]}({texts[0]})", args[0][1]

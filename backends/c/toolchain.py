@@ -4,9 +4,11 @@ build relies on.
 The compiler is `$CC` if set, else the first of cc, gcc and clang on PATH. Kernels are built
 with `-O3 -ffp-contract=off` (only the explicit fused multiply-adds of the math helpers fuse,
 as in the numba backend), `-fwrapv` (integer arithmetic wraps, as XLA's does),
-`-fno-math-errno` (sqrt and friends vectorise; errno is never read) and
-`-fno-trapping-math` (no FP exceptions are ever observed, so selects of FP values vectorise).
-None of these changes a result: no `-ffast-math`.
+`-fno-math-errno` (sqrt and friends vectorise; errno is never read) and `-fno-trapping-math`
+(no FP exception is ever observed, so selects of FP values vectorise). No `-ffast-math`.
+Under `-fno-trapping-math` gcc folds `(float)(int)x` into `truncf(x)`, which keeps the sign
+of a zero that the integer lost: the renderer clears the sign of a zero after every
+integer-to-float conversion (`xf_unsign0_*`; adding +0.0 does not do, gcc drops it).
 
 A target is a `-march` level; `native` is this machine's CPU. `features(target)` lists the
 instruction-set extensions the compiler enables for it, in numpy's names (the names

@@ -999,11 +999,11 @@ def _rng(name: str, kind: str) -> np.random.Generator:
 
 
 @functools.cache
-def _jitted(name: str) -> tuple[Callable, Callable]:
+def _jitted(name: str, backend: str | None = None) -> tuple[Callable, Callable]:
     """(jax.jit, xfuse.jit) of a corpus function, cached so each compiles once per signature."""
     c = CORPUS[name]
     return jax.jit(c.fun, static_argnames=tuple(c.static)), xfuse.jit(
-        c.fun, static_argnames=tuple(c.static)
+        c.fun, static_argnames=tuple(c.static), backend=backend
     )
 
 
@@ -1022,8 +1022,8 @@ def _finite_max(array: np.ndarray) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
-def check(c: Case, args: tuple) -> None:
-    jax_fn, xfuse_fn = _jitted(c.name)
+def check(c: Case, args: tuple, backend: str | None = None) -> None:
+    jax_fn, xfuse_fn = _jitted(c.name, backend)
     got = jax_fn(*args, **c.static)
     want = xfuse_fn(*args, **c.static)
     flushed_args = _flushed_inputs(args)
@@ -1048,6 +1048,14 @@ def check(c: Case, args: tuple) -> None:
 def test_matches_jax_jit(name: str, kind: str) -> None:
     c = CORPUS[name]
     check(c, c.inputs(_rng(name, kind), kind == "edge"))
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_c_backend_matches_jax_jit(name: str) -> None:
+    """The C backend (what AOT artifacts run) on the whole corpus, random and edge inputs."""
+    c = CORPUS[name]
+    for kind in ("random", "edge"):
+        check(c, c.inputs(_rng(name, kind), kind == "edge"), backend="c")
 
 
 def test_corpus_is_large_enough() -> None:

@@ -1,0 +1,473 @@
+"""tfcompile's C interface: `emit_c` writes a compiled function as a C file, its header and a
+shared library whose entry `int <name>_run(const void *const *inputs, void *const *outputs)`
+runs the program's steps (the header documents the API). Temporaries live in one arena per
+call laid out by the runtime's planner (no state: calls may run at once); kernels are the C
+backend's, made static; kernel rows and GEMM tiles are split across OpenMP threads; every dot
+is a register-tiled C GEMM generated from `runtime.program.dot_plan` (the dot of an output
+fusion computed whole before its epilogue, not in row blocks). f16/bf16 and complex values and
+nested programs are refused with a ValueError naming the step, before anything is written.
+Imports numpy, the C backend and the numba backend's lowering; jax only for result names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xfuse.backends.c import render, toolchain
+from xfuse.backends.c.backend import kernel_args
+from xfuse.backends.numba.lowering import Lowered, lower
+from xfuse.runtime.plan import ALIGN
+from xfuse.runtime.program import Kernel, build
+
+from .gemm import ITEMSIZE, _ctype, gemm
+
+ENTRY_PRELUDE = r"""
+/* ---------------------------------------------------------------- the entry function */
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#define XF_THREAD ((int64_t)omp_get_thread_num())
+#define XF_THREADS ((int64_t)omp_get_num_threads())
+#else
+#define XF_THREAD ((int64_t)0)
+#define XF_THREADS ((int64_t)1)
+#endif
+#define XF_API __attribute__((visibility("default")))
+
+/* table[i]: the offset of the i-th index (row-major over `rank` axes) of an index group. */
+static inline void xf_offsets(int64_t *table, int rank, const int64_t *dims, const int64_t *strides) {
+    int64_t n = 1;
+    for (int r = 0; r < rank; r++) n *= dims[r];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rest = i, offset = 0;
+        for (int r = rank - 1; r >= 0; r--) {
+            offset += (rest % dims[r]) * strides[r];
+            rest /= dims[r];
+        }
+        table[i] = offset;
+    }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """An array value of the program: the buffer it lives in (`("param", i)`, `("const", key)`
+    or `(step, k)`), its dims and dtype. A tuple value is a Python tuple of values."""
+
+    key: tuple
+    dims: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * ITEMSIZE[self.dtype]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass(frozen=True)
+class Port:
+    """An argument or result of the entry function: its name in the Python signature."""
+
+    name: str
+    dims: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+
+
+def emit_c(compiled, out_dir: str | Path, name: str | None = None, *, target: str = "native",
+           openmp: bool = True) -> dict[str, Path]:
+    """Writes `<name>.c`, `<name>.h` and `lib<name>.so` (built for `target`, with OpenMP when
+    `openmp` and the compiler has it) into `out_dir`; returns their paths as {"source",
+    "header", "library"}. The source builds with or without OpenMP."""
+    openmp = openmp and toolchain.openmp_available()
+    name = _identifier(name if name is not None else compiled.module.name, given=name is not None)
+    toolchain.target_flags(target)  # an unknown target fails here, before anything is written
+    lowered = lower(compiled.module)
+    input_names = [leaf.path for leaf in compiled.lowered.info.leaves]
+    source, header = generate(lowered, name, input_names, _result_names(compiled, lowered), openmp=openmp)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"source": folder / f"{name}.c", "header": folder / f"{name}.h",
+             "library": folder / f"lib{name}.so"}
+    paths["source"].write_text(source)
+    paths["header"].write_text(header)
+    toolchain.compile_shared(source, paths["library"], target, openmp=openmp, name=name)
+    return paths
+
+
+def _identifier(name: str, given: bool) -> str:
+    if given:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"emit_c: name={name!r} is not a C identifier")
+        return name
+    name = re.sub(r"\W", "_", name)
+    return name if re.match(r"[A-Za-z_]", name) else f"f_{name}"
+
+
+def _result_names(compiled, lowered: Lowered) -> list[str]:
+    """The flat results' paths in the output tree: `result`, `result[0]`, `result['y']`."""
+    import jax
+
+    tree = compiled.lowered.out_tree
+    count = len(lowered.program["results"])
+    names = [f"result[{j}]" for j in range(count)]
+    if tree.num_leaves == count:
+        skeleton = jax.tree_util.tree_unflatten(tree, list(range(count)))
+        for path, j in jax.tree_util.tree_flatten_with_path(skeleton)[0]:
+            names[j] = "result" + jax.tree_util.keystr(path)
+    return names
+
+
+# ---------------------------------------------------------------------------- generation
+def generate(lowered: Lowered, name: str, input_names: list[str] | None = None,
+             output_names: list[str] | None = None, *, openmp: bool = True) -> tuple[str, str]:
+    """(C source, header) of a lowered module; ValueError when the C entry cannot run it.
+    The names (paths in the Python signature) go into the header and the `_name` accessors."""
+    entry = _Entry(lowered, name, openmp)
+    body = entry.body()
+    program = lowered.program
+    inputs = [entry.values[slot] for slot in program["params"]]
+    outputs = [entry.values[slot] for slot in program["results"]]
+    input_names = input_names or [f"args[{i}]" for i in range(len(inputs))]
+    output_names = output_names or [f"result[{j}]" for j in range(len(outputs))]
+    if len(input_names) != len(inputs) or len(output_names) != len(outputs):
+        raise ValueError(f"emit_c: {len(input_names)} argument and {len(output_names)} result names "
+                         f"for a program of {len(inputs)} arguments and {len(outputs)} results")
+    inputs = [Port(n, v.dims, v.dtype) for n, v in zip(input_names, inputs)]
+    outputs = [Port(n, v.dims, v.dtype) for n, v in zip(output_names, outputs)]
+    try:
+        kernels = [render.render_kernel(source, kernel_args(lowered, kernel))
+                   for kernel, source in lowered.kernels.items()]
+    except NotImplementedError as e:
+        raise ValueError(f"emit_c: {e}") from None
+    parts = [f"/* Generated by xfuse: {name}, {len(kernels)} fused kernels and the entry "
+             f"function {name}_run (the interface is {name}.h). */",
+             render.header_text(), render.PRELUDE,
+             "/* Kernels are internal to this library: only the entry function is exported. */",
+             "#undef XF_EXPORT", "#define XF_EXPORT static", *kernels, ENTRY_PRELUDE,
+             *entry.constants, *entry.dots, _metadata(name, inputs, outputs), body]
+    return "\n".join(parts) + "\n", _header(name, inputs, outputs)
+
+
+class _Entry:
+    """The entry function of one program: values tracked at generation time, buffers placed by
+    the runtime's planner, each step as C."""
+
+    def __init__(self, lowered: Lowered, name: str, openmp: bool) -> None:
+        self.lowered, self.name, self.openmp = lowered, name, openmp
+        self.program = lowered.program
+        self.constants: list[str] = []  # static arrays of the program's constants
+        self.dots: list[str] = []  # a GEMM function per dot
+        self.values = self.trace()
+        self.place(self.values)
+
+    # ------------------------------------------------------------------ values
+    def trace(self) -> list:
+        """Every value slot's Leaf (or tuple of values), checking what the C entry can run."""
+        program = self.program
+        values: list = [None] * program["n_values"]
+        for i, (slot, spec) in enumerate(zip(program["params"], program["param_specs"])):
+            if spec is None:
+                raise ValueError(f"emit_c: argument {i} is a tuple; the C entry takes arrays only")
+            values[slot] = Leaf(("param", i), tuple(spec[0]), spec[1])
+        for slot, key in program["constants"].items():
+            array = self.lowered.constants[key]
+            values[int(slot)] = Leaf(("const", key), tuple(array.shape), array.dtype.name)
+            _check_dtypes(f"emit_c: constant {key} (value {slot})", [values[int(slot)]])
+        for i, step in enumerate(program["steps"]):
+            what = f"emit_c: step {step['name']!r}"
+            ins = [values[v] for v in step["inputs"]]
+            op = step["op"]
+            if op == "alias":
+                out = self._alias(step, ins, what)
+            elif op == "dot":
+                _check_dtypes(what, [*ins, Leaf((), (), step["dtype"])])
+                out = Leaf((i, 0), tuple(step["dims"]), step["dtype"])
+            elif op == "kernel":
+                out = self._kernel(i, step, ins, what)
+            elif op == "nested":
+                raise ValueError(f"{what} ({step.get('label', 'a nested fusion')}) runs as a nested "
+                                 "program of its own; the C entry has no nested programs")
+            else:
+                raise ValueError(f"{what}: unknown step kind {op!r}")
+            if isinstance(out, list):
+                for slot, value in zip(step["outputs"], out):
+                    values[slot] = value
+            else:
+                values[step["outputs"][0]] = out
+        for i, slot in enumerate(program["params"]):
+            _check_dtypes(f"emit_c: argument {i}", [values[slot]])
+        for j, slot in enumerate(program["results"]):
+            if not isinstance(values[slot], Leaf):
+                raise ValueError(f"emit_c: result {j} is a tuple; the C entry returns arrays only")
+            _check_dtypes(f"emit_c: result {j}", [values[slot]])
+        return values
+
+    @staticmethod
+    def _alias(step: dict, ins: list, what: str):
+        kind = step["kind"]
+        if kind in ("tuple", "barrier"):
+            return tuple(ins)
+        if kind == "element":
+            if not isinstance(ins[0], tuple):
+                raise ValueError(f"{what}: tuple element {step['index']} of an array")
+            return ins[0][step["index"]]
+        if kind == "reshape":
+            if not isinstance(ins[0], Leaf):
+                raise ValueError(f"{what}: a reshape of a tuple")
+            return Leaf(ins[0].key, tuple(step["dims"]), ins[0].dtype)
+        raise ValueError(f"{what}: unknown alias kind {kind!r}")
+
+    @staticmethod
+    def _kernel(i: int, step: dict, ins: list, what: str):
+        if len(ins) != len(step["params"]) or not all(isinstance(v, Leaf) for v in ins):
+            raise ValueError(f"{what}: its {len(ins)} inputs do not match the kernel's "
+                             f"{len(step['params'])} array parameters")
+        specs = [Leaf((i, k), tuple(dims), dtype) for k, (dims, dtype) in enumerate(step["specs"])]
+        _check_dtypes(f"{what} ({step['label']})",
+                      [*specs, *(Leaf((), tuple(d), t) for d, t in step["params"])])
+        if step.get("dot") is not None:
+            _check_dtypes(f"{what} ({step['label']}): its dot", [Leaf((), (), step["dot"]["dtype"])])
+        if len(step["outputs"]) == 1 and len(specs) > 1:
+            return tuple(specs)
+        return specs
+
+    # ------------------------------------------------------------------ placement
+    def place(self, values: list) -> None:
+        """Where every buffer lives: outputs[j] for a result, else the arena (planner offsets,
+        then buffers the plan leaves out, then one step's dot scratch)."""
+        program = self.program
+        dummy = {s["kernel"]: Kernel(lambda *a: None) for s in program["steps"] if s["op"] == "kernel"}
+        plan = build(program, dummy, self.lowered.constants).plan
+        self.storage: dict[tuple, str] = {}
+        self.copies: list[tuple[int, Leaf]] = []
+        for j, slot in enumerate(program["results"]):
+            leaf = values[slot]
+            planned = leaf.key in plan.offsets or leaf.key in plan.in_place
+            if isinstance(leaf.key[0], int) and not planned and leaf.key not in self.storage:
+                self.storage[leaf.key] = f"outputs[{j}]"
+            else:
+                self.copies.append((j, leaf))
+        self.in_place, top = plan.in_place, _aligned(plan.arena_bytes)
+        for (i, k), offset in plan.offsets.items():
+            self.storage[(i, k)] = f"(xf_arena + {offset})"
+        scratch = 0
+        for i, step in enumerate(program["steps"]):
+            if step["op"] == "alias":
+                continue
+            specs = [(step["dims"], step["dtype"])] if step["op"] == "dot" else step["specs"]
+            for k, (dims, dtype) in enumerate(specs):
+                if (i, k) not in self.storage and (i, k) not in plan.in_place:
+                    self.storage[(i, k)] = f"(xf_arena + {top})"  # result-bound, no output of its own
+                    top += _aligned(Leaf((), tuple(dims), dtype).nbytes)
+            d = step.get("dot")
+            if step["op"] == "kernel" and d is not None and not self._in_out(step):
+                scratch = max(scratch, _aligned(Leaf((), tuple(d["dims"]), d["dtype"]).nbytes))
+        self.scratch_at, self.arena_bytes = top, top + scratch
+
+    def pointer(self, leaf: Leaf, values: list) -> str:
+        kind = leaf.key[0]
+        if kind == "param":
+            return f"inputs[{leaf.key[1]}]"
+        if kind == "const":
+            return f"xf_const_{leaf.key[1]}"
+        if leaf.key in self.in_place:  # a kernel writing over an input that dies here
+            return self.pointer(values[self.in_place[leaf.key]], values)
+        return self.storage[leaf.key]
+
+    @staticmethod
+    def _in_out(step: dict) -> bool:
+        """The output fusion's dot goes straight into its first output."""
+        d, (dims, dtype) = step["dot"], step["specs"][0]
+        return bool(d["in_out"]) and d["dtype"] == dtype and \
+            Leaf((), tuple(d["dims"]), dtype).size == Leaf((), tuple(dims), dtype).size
+
+    # ------------------------------------------------------------------ code
+    def body(self) -> str:
+        values = self.values
+        for key in dict.fromkeys(self.program["constants"].values()):
+            array = np.ascontiguousarray(self.lowered.constants[key])
+            self.constants.append(render._constant(f"xf_const_{key}", array, _ctype(array.dtype.name)))
+        lines = [f"XF_API int {self.name}_run(const void *const *inputs, void *const *outputs) {{"]
+        emit = lambda depth, text: lines.append("    " * depth + text)  # noqa: E731
+        emit(1, "int xf_status = 1;")
+        emit(1, "char *xf_arena = NULL;  /* the temporaries, laid out by the runtime's planner */")
+        if self.arena_bytes:
+            emit(1, f"xf_arena = aligned_alloc({ALIGN}, {self.arena_bytes});")
+            emit(1, "if (!xf_arena) return 1;")
+        for i, step in enumerate(self.program["steps"]):
+            if step["op"] == "alias":
+                continue
+            ins = [values[v] for v in step["inputs"]]
+            outs = self._outputs(i, step, values)
+            label = step.get("label", "dot_general")
+            emit(1, f"/* {step['name']}: {label} -> {', '.join(map(str, outs))} */")
+            if step["op"] == "dot":
+                fn = self._dot(step, step, [v.dtype for v in ins])
+                emit(1, f"if ({fn}({', '.join(self._arg(v, values, const=True) for v in ins)}, "
+                        f"{self._arg(outs[0], values)})) goto done;")
+            else:
+                self._kernel_call(emit, step, ins, outs, values)
+        for j, leaf in self.copies:
+            emit(1, f"memmove(outputs[{j}], {self.pointer(leaf, values)}, {leaf.nbytes});  /* result {j} */")
+        emit(1, "xf_status = 0;")
+        emit(0, "done:")
+        emit(1, "free(xf_arena);")
+        emit(1, "return xf_status;")
+        emit(0, "}")
+        return "\n".join(lines)
+
+    def _outputs(self, i: int, step: dict, values: list) -> list[Leaf]:
+        if step["op"] == "dot":
+            return [Leaf((i, 0), tuple(step["dims"]), step["dtype"])]
+        return [Leaf((i, k), tuple(dims), dtype) for k, (dims, dtype) in enumerate(step["specs"])]
+
+    def _arg(self, leaf: Leaf, values: list, const: bool = False) -> str:
+        return f"({'const ' if const else ''}{_ctype(leaf.dtype)} *){self.pointer(leaf, values)}"
+
+    def _kernel_call(self, emit, step: dict, ins: list[Leaf], outs: list[Leaf], values: list) -> None:
+        args = [self._arg(v, values) for v in ins] + [self._arg(v, values) for v in outs]
+        d, lead = step.get("dot"), ""
+        if d is not None:
+            fn = self._dot(d, step, [ins[d["operands"][0]].dtype, ins[d["operands"][1]].dtype])
+            if self._in_out(step):
+                block = f"({_ctype(d['dtype'])} *){self.pointer(outs[0], values)}"
+            else:
+                block = f"({_ctype(d['dtype'])} *)(xf_arena + {self.scratch_at})"
+            operands = [self._arg(ins[k], values, const=True) for k in d["operands"]]
+            emit(1, f"if ({fn}({', '.join(operands)}, {block})) goto done;")
+            lead = f"0, {block}, "
+        call = f"{step['kernel']}({{s}}, {{e}}, {lead}{', '.join(args)})"
+        rows = step["rows"]
+        if not (self.openmp and step["parallel"] and rows > 1):
+            emit(1, f"if ({call.format(s=0, e=rows)}) goto done;")
+            return
+        emit(1, "{")
+        emit(2, "int xf_failed = 0;")
+        emit(0, "#ifdef _OPENMP")
+        emit(0, "#pragma omp parallel reduction(|: xf_failed)")
+        emit(0, "#endif")
+        emit(2, "{")
+        emit(3, f"const int64_t xf_s = {rows} * XF_THREAD / XF_THREADS, "
+                f"xf_e = {rows} * (XF_THREAD + 1) / XF_THREADS;")
+        emit(3, f"if (xf_s < xf_e) xf_failed |= {call.format(s='xf_s', e='xf_e')} != 0;")
+        emit(2, "}")
+        emit(2, "if (xf_failed) goto done;")
+        emit(1, "}")
+
+    def _dot(self, d: dict, step: dict, operand_dtypes: list[str]) -> str:
+        """The name of a new GEMM function for this dot_general."""
+        fn = f"{self.name}_dot_{len(self.dots)}"
+        self.dots.append(gemm(fn, d, operand_dtypes, self.openmp, step["name"]))
+        return fn
+
+
+def _check_dtypes(what: str, leaves: list) -> None:
+    for leaf in leaves:
+        if isinstance(leaf, tuple):
+            _check_dtypes(what, list(leaf))
+        elif leaf.dtype in ("float16", "bfloat16"):
+            raise ValueError(f"{what}: a {leaf.dtype} value; the C entry takes no f16/bf16 values "
+                             "(the Python runtime widens them to f32 at each kernel; convert "
+                             "the function to float32 for emit_c)")
+        elif leaf.dtype not in ITEMSIZE:
+            raise ValueError(f"{what}: a {leaf.dtype} value; the C entry has no {leaf.dtype} type")
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _metadata(name: str, inputs: list[Port], outputs: list[Port]) -> str:
+    """Static tables of the arguments and results, and their accessor functions."""
+    out = [f"XF_API int {name}_num_inputs(void) {{ return {len(inputs)}; }}",
+           f"XF_API int {name}_num_outputs(void) {{ return {len(outputs)}; }}"]
+    for kind, ports in (("input", inputs), ("output", outputs)):
+        n = max(1, len(ports))
+        table = f"xf_{kind}"
+        for i, p in enumerate(ports):
+            out.append(f"static const int64_t {table}_dims_{i}[{max(1, len(p.dims))}] = "
+                       f"{{{', '.join(map(str, p.dims)) or '1'}}};")
+        rows = {
+            "rank": ("int", [str(len(p.dims)) for p in ports], "-1"),
+            "dims": ("const int64_t *", [f"{table}_dims_{i}" for i in range(len(ports))], "NULL"),
+            "size": ("int64_t", [str(p.size) for p in ports], "-1"),
+            "bytes": ("int64_t", [str(p.size * ITEMSIZE[p.dtype]) for p in ports], "-1"),
+            "dtype": ("const char *", [_c_string(p.dtype) for p in ports], "NULL"),
+            "name": ("const char *", [_c_string(p.name) for p in ports], "NULL"),
+        }
+        for field, (ctype, items, missing) in rows.items():
+            out.append(f"static {ctype} const {table}_{field}[{n}] = {{{', '.join(items) or missing}}};")
+            out.append(f"XF_API {ctype} {name}_{kind}_{field}(int i) {{ "
+                       f"return i >= 0 && i < {len(ports)} ? {table}_{field}[i] : {missing}; }}")
+    return "\n".join(out) + "\n"
+
+
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _header(name: str, inputs: list[Port], outputs: list[Port]) -> str:
+    guard, upper = f"XFUSE_{name.upper()}_H", name.upper()
+
+    def describe(kind: str, ports: list[Port]) -> list[str]:
+        return [f" *   {kind}[{i}]  {p.name}: {p.dtype}[{','.join(map(str, p.dims))}] "
+                f"({_ctype(p.dtype)}, {p.size} elements)" for i, p in enumerate(ports)]
+
+    def defines(kind: str, ports: list[Port]) -> list[str]:
+        lines = []
+        for i, p in enumerate(ports):
+            lines += [f"#define {upper}_{kind}{i}_SIZE {p.size}  /* {p.name} */",
+                      f"#define {upper}_{kind}{i}_BYTES {p.size * ITEMSIZE[p.dtype]}"]
+        return lines
+
+    lines = [
+        f"/* {name}.h: generated by xfuse (xfuse.aot.emit_c). Link with -l{name}.",
+        " *",
+        f" * int {name}_run(const void *const *inputs, void *const *outputs);",
+        " *",
+        " * Runs the function once. `inputs` holds one pointer per argument, `outputs` one per",
+        " * result, allocated by the caller and not overlapping the inputs; every array is C-ordered",
+        " * (row-major) in its own type, a scalar one element. Returns 0, or 1 when memory for",
+        " * the temporaries could not be allocated (the outputs are then undefined). Keeps no",
+        " * state: calls from several threads at once are safe. Kernels use OpenMP threads where",
+        " * the library was built with it (OMP_NUM_THREADS sets how many).",
+        " *",
+        " * Arguments:", *describe("inputs", inputs),
+        " * Results:", *describe("outputs", outputs),
+        " *",
+        f" * {name}_input_rank(i), _dims(i), _size(i) (elements), _bytes(i), _dtype(i) (numpy's",
+        f" * name, e.g. \"float32\") and _name(i) describe input i; {name}_output_*(i) output i.",
+        " * Out of range: -1 or NULL.",
+        " */",
+        f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
+        "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
+        f"#define {upper}_NUM_INPUTS {len(inputs)}", f"#define {upper}_NUM_OUTPUTS {len(outputs)}",
+        *defines("INPUT", inputs), *defines("OUTPUT", outputs), "",
+        f"int {name}_run(const void *const *inputs, void *const *outputs);",
+        f"int {name}_num_inputs(void);", f"int {name}_num_outputs(void);",
+    ]
+    for kind in ("input", "output"):
+        lines += [f"int {name}_{kind}_rank(int i);", f"const int64_t *{name}_{kind}_dims(int i);",
+                  f"int64_t {name}_{kind}_size(int i);", f"int64_t {name}_{kind}_bytes(int i);",
+                  f"const char *{name}_{kind}_dtype(int i);", f"const char *{name}_{kind}_name(int i);"]
+    lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif  /* {guard} */"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["emit_c", "gemm", "generate"]
