@@ -71,13 +71,12 @@ def plan_summary(program: dict, constants: dict) -> dict:
 
 def save(compiled, path: str | Path, *, target: str = "native") -> Path:
     """Writes the artifact of an `xfuse.Compiled` to `path`; returns the path."""
-    info = compiled.lowered.info
-    if info.static:
-        pass  # static arguments are baked into the module, as in the compiled function
+    import jax
+
+    info = compiled.lowered.info  # static arguments are already baked into the module
     lowered = lower(compiled.module)
     library = build_library(c_source(lowered), target).read_bytes()
     n = len(info.leaves)
-    import jax
 
     manifest = {
         "name": compiled.module.name,

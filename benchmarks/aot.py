@@ -27,7 +27,7 @@ BLOCKER = (
     "_real = builtins.__import__\n"
     "def _guard(name, *a, **k):\n"
     "    if name.split('.')[0] in ('jax', 'jaxlib', 'numba', 'llvmlite'):\n"
-    "        raise ImportError(name + ' is blocked in the AOT benchmark')\n"
+    "        raise ImportError(name + ' is blocked: an artifact runs with numpy alone')\n"
     "    return _real(name, *a, **k)\n"
     "builtins.__import__ = _guard\n"
 )

@@ -26,7 +26,6 @@ import os
 import platform
 import struct
 import sys
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -199,8 +198,14 @@ class Loaded:
     def check(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
         """The flat argument arrays; TypeError naming the first argument that does not fit."""
         leaves: list[tuple[str, object]] = []
-        names = list(self.arg_names) + [f"args[{i}]" for i in range(len(self.arg_names), len(args))]
-        flatten(self.in_tree, (tuple(args), dict(kwargs)), "", leaves, names, self.name)
+        (_, (positional, keywords)), = self.in_tree.items()  # the tree of (args, kwargs)
+        (_, trees), = positional.items()
+        if len(args) != len(trees):
+            raise TypeError(f"{self.name} takes {len(trees)} array arguments, got {len(args)}")
+        for i, (tree, value) in enumerate(zip(trees, args)):
+            name = self.arg_names[i] if i < len(self.arg_names) else f"args[{i}]"
+            flatten(tree, value, name, leaves, self.name)
+        flatten(keywords, dict(kwargs), "", leaves, self.name)
         arrays = []
         for (path, leaf), (dims, dtype, weak) in zip(leaves, self.specs):
             array = _as_array(leaf, path, dtype, weak, self.x64)
@@ -236,7 +241,8 @@ def _positional(n: int) -> dict:
     return {"tuple": [{"tuple": ["*"] * n}, {"dict": []}]}
 
 
-def flatten(tree, value, path: str, out: list, names: Sequence[str], fn: str) -> None:
+def flatten(tree, value, path: str, out: list, fn: str) -> None:
+    """Appends (path, leaf) for each leaf of `value`, checking it has the structure `tree`."""
     def where() -> str:
         return path or "the arguments"
 
@@ -254,10 +260,7 @@ def flatten(tree, value, path: str, out: list, names: Sequence[str], fn: str) ->
             got = f"{type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
             raise TypeError(f"{fn}: argument {where()} should be a {kind} of {len(children)}, got {got}")
         for i, (child, v) in enumerate(zip(children, value)):
-            if path == "" and kind == "tuple" and len(children) == 2:  # (args, kwargs)
-                flatten(child, v, "", out, names, fn) if i == 1 else _flatten_args(child, v, out, names, fn)
-                continue
-            flatten(child, v, f"{path}[{i}]", out, names, fn)
+            flatten(child, v, f"{path}[{i}]", out, fn)
         return
     if kind == "dict":
         keys = [k for k, _ in children]
@@ -265,17 +268,9 @@ def flatten(tree, value, path: str, out: list, names: Sequence[str], fn: str) ->
             got = sorted(value) if isinstance(value, dict) else type(value).__name__
             raise TypeError(f"{fn}: argument {where()} should be a dict with keys {keys}, got {got}")
         for key, child in children:
-            flatten(child, value[key], f"{path}[{key!r}]" if path else key, out, names, fn)
+            flatten(child, value[key], f"{path}[{key!r}]" if path else key, out, fn)
         return
     raise TypeError(f"{fn}: unknown tree node {kind!r}")
-
-
-def _flatten_args(tree, args: tuple, out: list, names: Sequence[str], fn: str) -> None:
-    (_, children), = tree.items()
-    if len(args) != len(children):
-        raise TypeError(f"{fn} takes {len(children)} array arguments, got {len(args)}")
-    for i, (child, v) in enumerate(zip(children, args)):
-        flatten(child, v, names[i] if i < len(names) else f"args[{i}]", out, names, fn)
 
 
 def unflatten(tree, leaves):

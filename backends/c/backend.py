@@ -35,9 +35,14 @@ def kernel_args(lowered: Lowered, name: str) -> list:
     return args
 
 
+def kernel_texts(lowered: Lowered) -> dict[str, str]:
+    """The C text of each kernel of a lowered module, by name."""
+    return {name: render_kernel(source, kernel_args(lowered, name)) for name, source in lowered.kernels.items()}
+
+
 def c_source(*lowered: Lowered) -> str:
     """One C file with the kernels of every lowered module given."""
-    return library_source([(source, kernel_args(low, name)) for low in lowered for name, source in low.kernels.items()])
+    return library_source([text for low in lowered for text in kernel_texts(low).values()])
 
 
 def cache_dir() -> Path | None:
@@ -78,15 +83,15 @@ def compile_module(module: Module) -> Executable:
 def compile_modules(modules: list[Module]) -> list[Executable]:
     """Executables for several modules from one library (one compiler run)."""
     lowered = [lower(m, f"m{i}_" if len(modules) > 1 else "") for i, m in enumerate(modules)]
-    library = open_library(build_library(c_source(*lowered)))
+    texts = [kernel_texts(low) for low in lowered]
+    library = open_library(build_library(library_source([t for each in texts for t in each.values()])))
     executables = []
-    for low in lowered:
+    for low, sources in zip(lowered, texts):
         found = library_kernels(library, low.program)
-        sources = {name: render_kernel(s, kernel_args(low, name)) for name, s in low.kernels.items()}
         executable = build(low.program, found, low.constants, sources)
         executable.library = library  # kept alive with the executable
         executables.append(executable)
     return executables
 
 
-__all__ = ["NAME", "build_library", "c_source", "compile_module", "compile_modules", "kernel_args"]
+__all__ = ["NAME", "build_library", "c_source", "compile_module", "compile_modules", "kernel_args", "kernel_texts"]

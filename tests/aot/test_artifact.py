@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import xfuse
+from benchmarks.aot import BLOCKER  # makes importing jax, jaxlib, numba or llvmlite fail
 from xfuse.runtime import artifact
 from xfuse.runtime.artifact import ArtifactError
 
@@ -96,22 +97,12 @@ def test_softmax_relu_artifact_is_small(saved) -> None:
     assert xfuse.aot.inspect(path).count("k_fusion") >= 1
 
 
-BLOCK = """
-import builtins, sys
-real_import = builtins.__import__
-def guarded(name, *args, **kwargs):
-    if name.split(".")[0] in ("jax", "jaxlib", "numba", "llvmlite"):
-        raise ImportError(f"{name} is blocked in this process")
-    return real_import(name, *args, **kwargs)
-builtins.__import__ = guarded
-"""
-
-
 def test_artifact_runs_where_jax_and_numba_cannot_be_imported(saved, tmp_path) -> None:
     path, args, jit_result, _ = saved["tree"]
     params, x = args
     np.savez(tmp_path / "in.npz", x=x, **params)
-    code = BLOCK + textwrap.dedent(f"""
+    code = BLOCKER + textwrap.dedent(f"""
+        import sys
         import numpy as np
         import xfuse.aot
         f = xfuse.aot.load({str(path)!r})
