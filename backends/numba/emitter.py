@@ -356,6 +356,8 @@ class Emitter:
             value = self.value(o, index[:dim] + (local,) + index[dim + 1 :])
             offset += size
             pieces.append((offset, value))
+        if not pieces:  # every operand empty, so the result too: no index ever reads it
+            return const(literal(0, inst.shape.dtype))
         expr = pieces[-1][1].text
         for end, value in reversed(pieces[:-1]):
             expr = f"({value.text} if {i.text} < {end} else {expr})"

@@ -1,7 +1,8 @@
 """Modules the fusion pass never makes but a hand-written or generated module may hold, on the
 numba backend against the reference interpreter (each once found by random modules): a loop
 fusion whose outputs differ in shape (it once wrote past the smaller output), calls, names that
-are not Python identifiers, tuples inside a fusion, zero-size values, a scalar-times-vector dot."""
+are not Python identifiers, tuples inside a fusion, zero-size values, a scalar-times-vector dot,
+a concatenation of empty operands."""
 
 from __future__ import annotations
 
@@ -161,6 +162,21 @@ ENTRY main (a: f32[], v: f32[3]) -> f32[3] {
   a = f32[] parameter(0)
   v = f32[3] parameter(1)
   ROOT fusion.0 = f32[3] fusion(a, v), kind=output, calls=fused
+}
+""",
+    "concatenate_of_empty_operands": """
+HloModule empty
+
+fused (p0: pred[0], p1: pred[0]) -> pred[0] {
+  p0 = pred[0] parameter(0)
+  p1 = pred[0] parameter(1)
+  ROOT concatenate.0 = pred[0] concatenate(p0, p1), dimension=0
+}
+
+ENTRY main (x: pred[0], y: pred[0]) -> pred[0] {
+  x = pred[0] parameter(0)
+  y = pred[0] parameter(1)
+  ROOT fusion.0 = pred[0] fusion(x, y), kind=loop, calls=fused
 }
 """,
 }
