@@ -1,4 +1,5 @@
-"""xfuse.backends: the backend registry and the built-in backends (numba, jax, reference).
+"""xfuse.backends: the backend registry (registry.py, placement.py) and the built-in backends
+(numba, c, jax, reference; builtin.py registers them).
 
 May import xfuse.hlo, xfuse.runtime and each backend's own library.
 """

@@ -21,11 +21,23 @@ class DecisionInfo:
 
 
 @dataclass
+class PlacementInfo:
+    """An instruction placed away from the chosen backend: on a registered kernel or on the
+    fallback backend, and why."""
+
+    instruction: str
+    what: str
+    target: str
+    reason: str
+
+
+@dataclass
 class FusionReport:
     module: str
     fusions: list[FusionInfo] = field(default_factory=list)
     decisions: list[DecisionInfo] = field(default_factory=list)
     kernels: int = 0  # fusions plus instructions that run as kernels of their own
+    placements: list[PlacementInfo] = field(default_factory=list)
 
     def refused(self) -> list[DecisionInfo]:
         return [d for d in self.decisions if not d.fused]
@@ -36,6 +48,7 @@ class FusionReport:
             "kernels": self.kernels,
             "fusions": [asdict(f) for f in self.fusions],
             "decisions": [asdict(d) for d in self.decisions],
+            "placements": [asdict(p) for p in self.placements],
         }
 
     def __str__(self) -> str:
@@ -54,6 +67,11 @@ class FusionReport:
             for d in self.decisions:
                 verdict = "fused  " if d.fused else "refused"
                 lines.append(f"  {verdict} {d.producer} ({d.op}) -> {d.target}: {d.reason}")
+        if self.placements:
+            lines.append("")
+            lines.append("Placement (registered kernels, and what the backend left to its fallback):")
+            for p in self.placements:
+                lines.append(f"  {p.instruction} ({p.what}) -> {p.target}: {p.reason}")
         return "\n".join(lines)
 
     def as_text(self) -> str:

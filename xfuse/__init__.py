@@ -15,6 +15,7 @@ _LAZY = {
     "Jitted": ".api",
     "Lowered": ".stages",
     "Compiled": ".stages",
+    "default_backend": ".compiler",
 }
 
 
@@ -27,6 +28,14 @@ def _version() -> str:
         return version("xfuse")
     except PackageNotFoundError:  # running from a source tree that is not installed
         return "0.0.0"
+
+
+def devices(backend: str | None = None) -> list:
+    """Every device of every backend that loads (numba CPU, jax CPU, jax GPU when present,
+    plugins), as `tf.config.list_physical_devices()`; or of one backend."""
+    from .backends.registry import devices as registry_devices
+
+    return registry_devices(backend)
 
 
 def __getattr__(name: str):
@@ -42,4 +51,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'xfuse' has no attribute {name!r}")
 
 
-__all__ = ["Compiled", "Jitted", "Lowered", "hlo", "jit", "__version__"]
+__all__ = [
+    "Compiled",
+    "Jitted",
+    "Lowered",
+    "default_backend",
+    "devices",
+    "hlo",
+    "jit",
+    "__version__",
+]

@@ -17,7 +17,7 @@ from numpy import ndarray
 
 from . import frontend_bridge as bridge
 from . import signature as sig
-from .compiler import check_backend, check_passes
+from .compiler import check_passes, default_choice_token, make_choice
 from .stages import CallInfo, Compiled, Lowered
 
 
@@ -40,11 +40,16 @@ class Jitted:
         backend: str | None = None,
         passes: str | Sequence | None = None,
         donate_argnums: int | Iterable[int] = (),
+        fallback: str | None = None,
+        backend_options: dict | None = None,
     ) -> None:
         if not callable(fun):
             raise TypeError(f"xfuse.jit expects a function, got {type(fun).__name__}")
         self.fun = fun
-        self.backend = check_backend(backend)
+        # Naming no backend follows `xfuse.default_backend` blocks, read at each call.
+        self.choice = None if backend is None else make_choice(backend, fallback, backend_options)
+        if backend is None and (fallback is not None or backend_options):
+            raise ValueError("fallback and backend_options need backend= too")
         self.passes = check_passes(passes)
         self.splitter = sig.ArgumentSplitter(
             fun,
@@ -66,7 +71,7 @@ class Jitted:
         if not kwargs and self._fast:  # the fast path: positional numpy arrays seen before
             key = [(a.shape, a.dtype) for a in args if type(a) is ndarray]
             if len(key) == len(args):
-                run = self._fast.get((_X64.value, *key))
+                run = self._fast.get((_X64.value, default_choice_token(), *key))
                 if run is not None:
                     return run(args)
         key, arrays = self._key_and_arrays(args, kwargs)
@@ -77,7 +82,8 @@ class Jitted:
                 and all(type(a) is ndarray for a in args) and not self.splitter.has_static:
             # Every argument was a canonical numpy array, passed through untouched: next time
             # the shapes and dtypes alone select the executable.
-            self._fast[(_X64.value, *[(a.shape, a.dtype) for a in args])] = compiled.fast_runner()
+            signature = [(a.shape, a.dtype) for a in args]
+            self._fast[(_X64.value, default_choice_token(), *signature)] = compiled.fast_runner()
         return compiled.call_flat(arrays)
 
     def _key_and_arrays(self, args: tuple, kwargs: dict):
@@ -85,7 +91,7 @@ class Jitted:
         names = self.splitter.dynamic_names(len(args))
         leaves, paths, treedef = sig.leaf_paths(dynamic_args, dynamic_kwargs, names)
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
-        key = (treedef, tuple((s.shape, s.weak) for s in specs), static)
+        key = (treedef, tuple((s.shape, s.weak) for s in specs), static, self._backend_choice())
         arrays = [sig.to_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
         return key, arrays
 
@@ -109,9 +115,21 @@ class Jitted:
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
         info = CallInfo(treedef, specs, static, self.splitter)
         module, out_tree = bridge.trace_call(self.fun, info)
-        lowered = Lowered(module, info, out_tree, self.backend, self.passes)
+        lowered = Lowered(module, info, out_tree, self._backend_choice(), self.passes)
         lowered.donated = self._donated_leaves(args, dynamic_args)
         return lowered
+
+    @property
+    def backend(self) -> str:
+        """The backend this function compiles for now."""
+        return self._backend_choice().name
+
+    def _backend_choice(self):
+        if self.choice is not None:
+            return self.choice
+        from .compiler import current_choice
+
+        return current_choice()
 
     def _donated_leaves(self, args: tuple, dynamic_args: tuple) -> frozenset[int]:
         """Flat argument positions of the leaves of the donated arguments."""
@@ -153,12 +171,18 @@ def jit(
     backend: str | None = None,
     passes: str | Sequence | None = None,
     donate_argnums: int | Iterable[int] = (),
+    fallback: str | None = None,
+    backend_options: dict | None = None,
 ) -> Jitted | Callable[[Callable], Jitted]:
     """Compiles `fun` with xfuse; usable as `@xfuse.jit` or `@xfuse.jit(static_argnums=...)`.
 
     `passes` names the optimisation pipeline ("simplify,cse,dce,fuse"; "none" turns
     optimisation off) or gives pass objects. `donate_argnums`: arguments whose buffers the
     call may reuse for its outputs (as in jax; their contents are undefined afterwards).
+    `backend`: a backend's name (`xfuse.devices()` lists them; default numba, or the innermost
+    `with xfuse.default_backend(...)`). `fallback`: the backend that runs the instructions
+    `backend` cannot (None: those raise `UnsupportedError`, naming the op). `backend_options`:
+    the backend's own options (the jax backend: `mode`, `device`).
     """
     if fun is None:
         return functools.partial(
@@ -168,8 +192,12 @@ def jit(
             backend=backend,
             passes=passes,
             donate_argnums=donate_argnums,
+            fallback=fallback,
+            backend_options=backend_options,
         )
-    return Jitted(fun, static_argnums, static_argnames, backend, passes, donate_argnums)
+    return Jitted(
+        fun, static_argnums, static_argnames, backend, passes, donate_argnums, fallback, backend_options
+    )
 
 
 __all__ = ["Jitted", "jit"]

@@ -1,40 +1,99 @@
-"""From a lowered module to an executable: the optimisation pipeline (`passes=`), then the
-chosen backend. Keeps what the stages show: the pass history and the fusion report.
+"""From a lowered module to an executable: kernels registered for the chosen backend are
+outlined, the optimisation pipeline runs (`passes=`), each top-level instruction is placed on
+the chosen backend or its fallback, and the backend compiles. Keeps what the stages show: the
+pass history and the fusion report (with the placement decisions).
+
+The backend in effect is the one `xfuse.jit(backend=...)` names, else the innermost
+`with xfuse.default_backend(...)`, else numba.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
+from xfuse.backends import placement
+from xfuse.backends.registry import REGISTRY
 from xfuse.fusion import Fuse, FusionReport, PassRecord, parse_pipeline, run_pipeline
+from xfuse.fusion.report import PlacementInfo
 from xfuse.hlo import Module, verify
 
-BACKENDS = ("numba", "c", "reference")
 DEFAULT_BACKEND = "numba"
 
 
-def backend_compile(name: str) -> Callable:
-    """The backend's `compile(module) -> executable` (imported on first use)."""
-    if name == "numba":
-        from xfuse.backends.numba import compile_module as compile_numba
+@dataclass(frozen=True)
+class BackendChoice:
+    """A backend by name, the backend that runs what it cannot (None: an error), its options."""
 
-        return compile_numba
-    if name == "c":
-        from xfuse.backends.c.backend import compile_module as compile_c
+    name: str = DEFAULT_BACKEND
+    fallback: str | None = None
+    options: tuple[tuple[str, object], ...] = ()
 
-        return compile_c
-    from xfuse.backends import reference
-
-    return reference.compile
+    @property
+    def option_dict(self) -> dict[str, object]:
+        return dict(self.options)
 
 
-def check_backend(name: str | None) -> str:
+_DEFAULT: ContextVar[BackendChoice | None] = ContextVar("xfuse_default_backend", default=None)
+
+
+def current_choice() -> BackendChoice:
+    return _DEFAULT.get() or BackendChoice()
+
+
+def default_choice_token() -> BackendChoice | None:
+    """What the innermost `default_backend` block chose (None outside any): part of a jitted
+    function's cache key when it names no backend itself."""
+    return _DEFAULT.get()
+
+
+def make_choice(
+    backend: str | None, fallback: str | None = None, options: Mapping[str, object] | None = None
+) -> BackendChoice:
+    """Checks the options now, naming the one that is wrong (ValueError)."""
+    name = check_backend(backend)
+    if fallback is not None:
+        if check_backend(fallback, "fallback") == name:
+            raise ValueError(f"fallback={fallback!r} is the backend itself")
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(f"backend_options must be a dict, got {type(options).__name__}")
+    items = tuple(sorted((options or {}).items()))
+    if items:
+        accepted = REGISTRY.get(name).options
+        for key, _ in items:
+            if key not in accepted:
+                takes = ", ".join(accepted) or "none"
+                raise ValueError(
+                    f"backend_options: {key!r} is not an option of backend {name!r} (it takes: {takes})"
+                )
+    return BackendChoice(name, fallback, items)
+
+
+@contextmanager
+def default_backend(
+    backend: str, *, fallback: str | None = None, options: Mapping[str, object] | None = None
+) -> Iterator[BackendChoice]:
+    """`with xfuse.default_backend("jax"):` compiles functions that name no backend of their
+    own on `backend` inside the block (this thread or task only)."""
+    token = _DEFAULT.set(make_choice(backend, fallback, options))
+    try:
+        yield _DEFAULT.get()
+    finally:
+        _DEFAULT.reset(token)
+
+
+def check_backend(name: str | None, option: str = "backend") -> str:
     """The backend to use for `name` (None: the default); ValueError naming the option."""
     if name is None:
         return DEFAULT_BACKEND
-    if name not in BACKENDS:
-        raise ValueError(f"backend={name!r} is not available; choose one of {', '.join(BACKENDS)}")
+    if not isinstance(name, str):
+        raise ValueError(f"{option} must be a backend's name, got {name!r}")
+    if name not in REGISTRY.names():
+        raise ValueError(
+            f"{option}={name!r} is not available; choose one of {', '.join(REGISTRY.names())}"
+        )
     return name
 
 
@@ -47,13 +106,21 @@ def check_passes(passes: str | Sequence | None) -> str | Sequence | None:
 @dataclass
 class CompileResult:
     module: Module  # optimised
-    executable: Callable
+    executable: object
     history: list[PassRecord]
     report: FusionReport
 
 
-def compile_module(module: Module, backend: str, passes: str | Sequence | None = None) -> CompileResult:
+def compile_module(
+    module: Module,
+    backend: str | BackendChoice,
+    passes: str | Sequence | None = None,
+) -> CompileResult:
+    choice = backend if isinstance(backend, BackendChoice) else make_choice(backend)
     verify(module)
+    primary = REGISTRY.get(choice.name)
+    second = REGISTRY.get(choice.fallback) if choice.fallback else None
+    module, custom, outlined = placement.outline_kernels(module, REGISTRY.kernels_for(primary.name))
     pipeline = parse_pipeline(passes)
     result = run_pipeline(module, pipeline)
     optimized = result.module
@@ -63,5 +130,16 @@ def compile_module(module: Module, backend: str, passes: str | Sequence | None =
         from xfuse.fusion import kernel_count
 
         report.kernels = kernel_count(optimized)
-    executable = backend_compile(backend)(optimized)
+    segments, placed = placement.place(optimized, primary, second, custom)
+    report.placements = [PlacementInfo(d.instruction, d.what, d.target, d.reason) for d in outlined + placed]
+    options = choice.option_dict
+    if segments is None:
+        executable = primary.compile(optimized, **options)
+    else:
+
+        def compile_on(name: str, sub: Module):
+            chosen = primary if name == primary.name else second
+            return chosen.compile(sub, **(options if chosen is primary else {})), chosen.host_arrays
+
+        executable = placement.build(optimized, segments, compile_on)
     return CompileResult(optimized, executable, result.history, report)

@@ -33,12 +33,15 @@ class Lowered:
     """A traced function: `as_text()` is its HLO before optimisation, with source lines."""
 
     def __init__(
-        self, module: Module, info: CallInfo, out_tree: object, backend: str, passes=None
+        self, module: Module, info: CallInfo, out_tree: object, backend, passes=None
     ) -> None:
+        from .compiler import BackendChoice, make_choice
+
         self.module = module
         self.info = info
         self.out_tree = out_tree
-        self.backend = backend
+        self.choice = backend if isinstance(backend, BackendChoice) else make_choice(backend)
+        self.backend = self.choice.name
         self.passes = passes
         self.donated: frozenset[int] = frozenset()  # flat argument positions given up
 
@@ -51,7 +54,7 @@ class Lowered:
     def compile(self) -> Compiled:
         from .compiler import compile_module
 
-        return Compiled(self, compile_module(self.module, self.backend, self.passes))
+        return Compiled(self, compile_module(self.module, self.choice, self.passes))
 
 
 class Compiled:

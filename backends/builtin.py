@@ -1,0 +1,99 @@
+"""xfuse's own backends as registry objects (pyproject.toml names them in the entry-point group
+`xfuse.backends`, as a plugin package would). Each imports its library only when it compiles.
+May import xfuse.hlo and the standard library here; the backends' modules import the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from xfuse.hlo import Module
+
+from .registry import Backend, Device
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class NumbaBackend(Backend):
+    name = "numba"
+    description = "native CPU kernels compiled by numba (LLVM), BLAS for dots"
+
+    def devices(self) -> list[Device]:
+        return [Device(self.name, "cpu", 0, f"{_cpu_name()}, {os.cpu_count()} threads")]
+
+    def compile(self, module: Module, **options: object):
+        from xfuse.backends.numba import compile_module
+
+        return compile_module(module)
+
+
+class CBackend(Backend):
+    name = "c"
+    description = "kernels rendered as C and built by the system C compiler (what AOT ships)"
+
+    def devices(self) -> list[Device]:
+        return [Device(self.name, "cpu", 0, f"{_cpu_name()}, {os.cpu_count()} threads")]
+
+    def compile(self, module: Module, **options: object):
+        from xfuse.backends.c.backend import compile_module
+
+        return compile_module(module)
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    description = "each fusion a jitted jax.lax function, run by XLA on any device jax has"
+    options = ("mode", "device")
+    host_arrays = False
+
+    def devices(self) -> list[Device]:
+        import jax
+
+        found = []
+        for d in [d for p in ("cpu", "gpu", "tpu") for d in _platform_devices(jax, p)]:
+            device = Device(self.name, d.platform, d.id, getattr(d, "device_kind", str(d)))
+            if device not in found:
+                found.append(device)
+        return found
+
+    def compile(self, module: Module, **options: object):
+        from xfuse.backends.jax import compile_module
+
+        return compile_module(module, **options)
+
+
+def _platform_devices(jax, platform_name: str) -> list:
+    try:
+        return jax.devices(platform_name)
+    except RuntimeError:  # no such platform on this machine
+        return []
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    description = "xfuse.hlo's numpy interpreter: slow and exact, the oracle of the tests"
+
+    def devices(self) -> list[Device]:
+        return [Device(self.name, "cpu", 0, f"{_cpu_name()} (numpy)")]
+
+    def compile(self, module: Module, **options: object):
+        from xfuse.backends import reference
+
+        return reference.compile(module)
+
+
+NUMBA = NumbaBackend()
+C = CBackend()
+JAX = JaxBackend()
+REFERENCE = ReferenceBackend()
+BACKENDS = (NUMBA, C, JAX, REFERENCE)
