@@ -9,13 +9,14 @@ An artifact holds native code for every kernel (C built by the system compiler a
 the program and its buffer plan, the constants and a manifest (`runtime/artifact.py` has the
 layout). `emit_c` writes a C library and header with one entry function instead, for C
 programs. `xfuse aot compile|run|inspect` is the command line (`aot/cli.py`).
-`load` comes from `xfuse.runtime.artifact` and imports numpy alone; the rest imports jax.
+`load` imports numpy alone for native artifacts (`runtime/artifact.py` runs them); a jax
+backend artifact holds a `jax.export` module instead and needs jax. The rest imports jax.
 """
 
 from importlib import import_module
 
 _LAZY = {
-    "load": "xfuse.runtime.artifact",
+    "load": "xfuse.aot.loading",
     "ArtifactError": "xfuse.runtime.artifact",
     "Loaded": "xfuse.runtime.artifact",
     "compile": "xfuse.aot.writer",

@@ -68,9 +68,15 @@ def _compile(args) -> int:
     specs = [parse_arg(a) for a in args.arg]
     if not args.output and not args.emit_c:
         raise ValueError("give -o FILE for the artifact, --emit-c DIR for a C library, or both")
-    compiled = xfuse.jit(fn, static_argnums=tuple(args.static_argnums)).lower(*specs).compile()
+    if args.platform and args.backend != "jax":
+        raise ValueError("--platform applies to --backend jax (jax.export); use --target for native code")
+    if args.emit_c and args.backend == "jax":
+        raise ValueError("--emit-c writes native code; it does not apply to --backend jax")
+    backend = "jax" if args.backend == "jax" else None  # native: the module is lowered to C at save
+    jitted = xfuse.jit(fn, static_argnums=tuple(args.static_argnums), backend=backend)
+    compiled = jitted.lower(*specs).compile()
     if args.output:
-        path = compiled.save(args.output, target=args.target)
+        path = compiled.save(args.output, target=args.target, platforms=args.platform or None)
         print(f"wrote {path} ({path.stat().st_size} bytes, {compiled.kernel_count()} kernels)")
     if args.emit_c:
         from xfuse.aot.emit import emit_c
@@ -83,7 +89,7 @@ def _compile(args) -> int:
 def _run(args) -> int:
     import numpy as np
 
-    from xfuse.runtime.artifact import load
+    from xfuse.aot.loading import load
 
     fn = load(args.artifact)
     names = fn.manifest["signature"]["arg_names"]
@@ -137,6 +143,11 @@ def main(argv: list[str], prog: str = "xfuse aot") -> int:
     c.add_argument("-o", "--output", help="the artifact to write (.xfa)")
     c.add_argument("--target", default="native",
                    help="the CPU to build for: native, x86-64, x86-64-v2, x86-64-v3, x86-64-v4")
+    c.add_argument("--backend", choices=("native", "jax"), default="native",
+                   help="native: C code run by the numpy-only runtime (default); jax: the module "
+                        "exported with jax.export (loading needs jax)")
+    c.add_argument("--platform", action="append", default=[],
+                   help="with --backend jax: a platform to export for (cpu, cuda, rocm, tpu); repeatable")
     c.add_argument("--emit-c", metavar="DIR", help="also write a C library and header into DIR")
     c.add_argument("--name", help="the C entry function's prefix (default: the function's name)")
     r = sub.add_parser("run", help="run an artifact on the arrays of an .npz file (numpy only)")

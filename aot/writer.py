@@ -69,29 +69,43 @@ def plan_summary(program: dict, constants: dict) -> dict:
             "buffers": buffers}
 
 
-def save(compiled, path: str | Path, *, target: str = "native") -> Path:
-    """Writes the artifact of an `xfuse.Compiled` to `path`; returns the path."""
+def signature_json(compiled) -> dict:
+    """The call signature an artifact checks: argument and result trees, shapes, dtypes."""
     import jax
 
     info = compiled.lowered.info  # static arguments are already baked into the module
+    n = len(info.leaves)
+    return {
+        "in_tree": tree_json(info.in_tree, compiled.module.name),
+        "out_tree": tree_json(compiled.lowered.out_tree, compiled.module.name),
+        "args": [[list(s.shape.dims), s.shape.dtype.numpy.name, bool(s.weak)] for s in info.leaves],
+        "arg_names": info.splitter.dynamic_names(n + len(info.splitter.static_argnums))[:n],
+        "x64": bool(jax.config.jax_enable_x64),
+    }
+
+
+def _created() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def save(compiled, path: str | Path, *, target: str = "native", platforms=None) -> Path:
+    """Writes the artifact of an `xfuse.Compiled` to `path`; returns the path. A function
+    compiled for the jax backend is saved in jax's own AOT form (`jax.export`, for `platforms`:
+    default the current one); any other as native code for the CPU `target`."""
+    if compiled.lowered.backend == "jax":
+        return save_exported(compiled, path, platforms)
+    if platforms is not None:
+        raise ValueError("platforms= applies to the jax backend's artifacts; use target= for native code")
     lowered = lower(compiled.module)
     library = build_library(c_source(lowered), target).read_bytes()
-    n = len(info.leaves)
-
     manifest = {
         "name": compiled.module.name,
         "xfuse": _version(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": _created(),
         "target": {"system": sys.platform, "machine": platform.machine().lower(), "cpu": target,
                    "features": list(toolchain.features(target)), "triple": toolchain.machine(),
                    "compiler": _compiler_version()},
-        "signature": {
-            "in_tree": tree_json(info.in_tree, compiled.module.name),
-            "out_tree": tree_json(compiled.lowered.out_tree, compiled.module.name),
-            "args": [[list(s.shape.dims), s.shape.dtype.numpy.name, bool(s.weak)] for s in info.leaves],
-            "arg_names": info.splitter.dynamic_names(n + len(info.splitter.static_argnums))[:n],
-            "x64": bool(jax.config.jax_enable_x64),
-        },
+        "signature": signature_json(compiled),
         "program": lowered.program,
         "constants": {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in lowered.constants.items()},
         "kernels": [{"name": s["kernel"], "label": s["label"], "rows": s["rows"], "parallel": s["parallel"]}
@@ -106,21 +120,48 @@ def save(compiled, path: str | Path, *, target: str = "native") -> Path:
     return path
 
 
-def compile(fn, *args, path: str | Path, target: str = "native", static_argnums=(), **jit_options) -> Path:  # noqa: A001
-    """Compiles `fn` for `args` (arrays or `jax.ShapeDtypeStruct`s) and saves the artifact."""
+def save_exported(compiled, path: str | Path, platforms=None) -> Path:
+    """The jax backend's artifact: the fused module exported with `jax.export` (StableHLO),
+    in the same container and with the same signature checks; loading it needs jax."""
+    import jax
+
+    from xfuse.backends.jax.export import read_header, serialize
+
+    blob = serialize(compiled.module, platforms)
+    manifest = {
+        "name": compiled.module.name,
+        "xfuse": _version(),
+        "created": _created(),
+        "runtime": "jax",
+        "target": {"platforms": list(read_header(blob)["platforms"]), "jax": jax.__version__},
+        "signature": signature_json(compiled),
+        "module": str(compiled.module),
+    }
+    path = Path(path)
+    artifact.write(path, manifest, {"exported": blob})
+    return path
+
+
+def compile(  # noqa: A001
+    fn, *args, path: str | Path, target: str = "native", platforms=None, static_argnums=(), **jit_options
+) -> Path:
+    """Compiles `fn` for `args` (arrays or `jax.ShapeDtypeStruct`s) and saves the artifact
+    (`backend="jax"` among `jit_options` saves jax's AOT form, for `platforms`)."""
     import xfuse
 
     compiled = xfuse.jit(fn, static_argnums=static_argnums, **jit_options).lower(*args).compile()
-    return save(compiled, path, target=target)
+    return save(compiled, path, target=target, platforms=platforms)
 
 
 def inspect(path: str | Path) -> str:
     """A readable summary of an artifact: signature, kernels, buffer plan, sizes, target."""
     manifest, blobs = artifact.read(path)
-    sig, target, plan = manifest["signature"], manifest["target"], manifest["plan"]
+    if manifest.get("runtime") == "jax":
+        return _inspect_exported(path, manifest)
+    target, plan = manifest["target"], manifest["plan"]
     spans = manifest["blobs"]
     lines = [f"{path}: xfuse artifact (format {manifest['format']}), {Path(path).stat().st_size} bytes",
-             f"  function   {manifest['name']}({', '.join(f'{n}: {d}{dims}' for n, (dims, d, _) in zip(sig['arg_names'], sig['args']))})",
+             _function_line(manifest),
              f"  made by    xfuse {manifest['xfuse']} on {manifest['created']}",
              f"  target     {target['system']}/{target['machine']} cpu={target['cpu']} "
              f"({target['triple']}, {target['compiler']})",
@@ -139,6 +180,24 @@ def inspect(path: str | Path) -> str:
         where = f"arena+{b['offset']}" if "offset" in b else f"in place of value {b['in_place_of']}"
         lines.append(f"    {b['step']}: {b.get('dtype', '')}{b.get('dims', '')} at {where}")
     return "\n".join(lines) + "\n"
+
+
+def _function_line(manifest: dict) -> str:
+    sig = manifest["signature"]
+    args = ", ".join(f"{n}: {d}{dims}" for n, (dims, d, _) in zip(sig["arg_names"], sig["args"]))
+    return f"  function   {manifest['name']}({args})"
+
+
+def _inspect_exported(path, manifest: dict) -> str:
+    target, spans = manifest["target"], manifest["blobs"]
+    return "\n".join([
+        f"{path}: xfuse artifact (format {manifest['format']}), {Path(path).stat().st_size} bytes",
+        _function_line(manifest),
+        f"  made by    xfuse {manifest['xfuse']} on {manifest['created']}",
+        f"  runtime    jax.export (StableHLO), made with jax {target['jax']}; loading needs jax",
+        f"  platforms  {', '.join(target['platforms'])}",
+        f"  exported   {spans['exported'][1]} bytes",
+    ]) + "\n"
 
 
 def _version() -> str:

@@ -152,12 +152,25 @@ class Loaded:
     argument); results come back in the function's output structure."""
 
     def __init__(self, manifest: dict, blobs: memoryview, where: str = "artifact") -> None:
+        if manifest.get("runtime") == "jax":
+            raise ArtifactError(f"{where}: holds a module exported with jax.export; "
+                                "xfuse.aot.load runs it where jax is installed")
         if manifest.get("format") != FORMAT or "program" not in manifest:
             raise ArtifactError(f"{where}: its manifest does not describe a program")
         check_target(manifest, where)
-        self.manifest = manifest
-        self.name = manifest.get("name", "function")
-        self.path = where
+        self._signature(manifest, where)
+        blob = self._blobs(manifest, blobs, where)
+        constants = {}
+        for key, info in manifest["constants"].items():
+            raw = blob(f"const:{key}")
+            constants[key] = np.frombuffer(raw, program.dtype(info["dtype"])).reshape(info["shape"]).copy()
+        self.library = native.open_library_bytes(bytes(blob("library")), f"xfuse-{self.name}")
+        kernels = native.kernels(self.library, manifest["program"])
+        self.executable = program.build(manifest["program"], kernels, constants)
+        self._runner = self.executable.runner()
+
+    def _blobs(self, manifest: dict, blobs: memoryview, where: str):
+        """`blob(key)`: the bytes of one blob, checked to lie inside the file."""
         spans = manifest["blobs"]
 
         def blob(key: str) -> memoryview:
@@ -166,13 +179,12 @@ class Loaded:
                 raise ArtifactError(f"{where}: blob {key!r} lies past the end of the file")
             return blobs[at : at + n]
 
-        constants = {}
-        for key, info in manifest["constants"].items():
-            raw = blob(f"const:{key}")
-            constants[key] = np.frombuffer(raw, program.dtype(info["dtype"])).reshape(info["shape"]).copy()
-        self.library = native.open_library_bytes(bytes(blob("library")), f"xfuse-{self.name}")
-        kernels = native.kernels(self.library, manifest["program"])
-        self.executable = program.build(manifest["program"], kernels, constants)
+        return blob
+
+    def _signature(self, manifest: dict, where: str) -> None:
+        self.manifest = manifest
+        self.name = manifest.get("name", "function")
+        self.path = where
         signature = manifest["signature"]
         self.in_tree, self.out_tree = signature["in_tree"], signature["out_tree"]
         self.arg_names = signature["arg_names"]
@@ -181,7 +193,6 @@ class Loaded:
         positional = self.in_tree == _positional(len(self.specs)) and not any(w for _, _, w in self.specs)
         # The fast path: positional numpy arrays of exactly the signature's shapes and dtypes.
         self._fast = [(s, d) for s, d, _ in self.specs] if positional else None
-        self._runner = self.executable.runner()
         self._single = self.out_tree == "*"
 
     def __repr__(self) -> str:

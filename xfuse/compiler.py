@@ -43,12 +43,6 @@ def current_choice() -> BackendChoice:
     return _DEFAULT.get() or BackendChoice()
 
 
-def default_choice_token() -> BackendChoice | None:
-    """What the innermost `default_backend` block chose (None outside any): part of a jitted
-    function's cache key when it names no backend itself."""
-    return _DEFAULT.get()
-
-
 def make_choice(
     backend: str | None, fallback: str | None = None, options: Mapping[str, object] | None = None
 ) -> BackendChoice:

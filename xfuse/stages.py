@@ -81,12 +81,14 @@ class Compiled:
         """Flops and bytes accessed per kernel and in total."""
         return cost_analysis(self.module)
 
-    def save(self, path, *, target: str = "native"):
+    def save(self, path, *, target: str = "native", platforms=None):
         """Writes an AOT artifact (`xfuse.aot.load(path)` runs it with numpy alone); returns
-        the path. `target`: the CPU the native code is built for ("native", "x86-64-v2", ...)."""
+        the path. `target`: the CPU the native code is built for ("native", "x86-64-v2", ...).
+        On the jax backend the artifact holds the module exported with `jax.export` instead,
+        for `platforms` (default: the current one; e.g. ("cpu", "cuda")); loading it needs jax."""
         from xfuse.aot.writer import save
 
-        return save(self, path, target=target)
+        return save(self, path, target=target, platforms=platforms)
 
     def kernel_source(self) -> str:
         """The generated source of every kernel (numba backend), one after another."""

@@ -1058,6 +1058,18 @@ def test_c_backend_matches_jax_jit(name: str) -> None:
         check(c, c.inputs(_rng(name, kind), kind == "edge"), backend="c")
 
 
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_jax_backend_matches_jax_jit(name: str) -> None:
+    """The jax backend on the whole corpus, random and edge inputs: one jitted function per
+    fusion, and the whole optimised module as one jitted function (mode="module")."""
+    c = CORPUS[name]
+    for kind in ("random", "edge"):
+        args = c.inputs(_rng(name, kind), kind == "edge")
+        check(c, args, backend="jax")
+        with xfuse.default_backend("jax", options={"mode": "module"}):
+            check(c, args)
+
+
 def test_corpus_is_large_enough() -> None:
     assert len(CORPUS) >= 45
 
