@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterable, Sequence
 
 from jax._src.config import enable_x64 as _X64  # x64 decides canonical dtypes: in the key
 import jax
+from jax._src.array import ArrayImpl as _JaxArray
 from numpy import ndarray
 
 from . import frontend_bridge as bridge
 from . import signature as sig
 from .compiler import _DEFAULT as _CHOICE  # the innermost default_backend block: in the keys
 from .compiler import check_passes, make_choice
-from .stages import CallInfo, Compiled, Lowered
+from .stages import CallInfo, Compiled, Lowered, _takes_device_arrays
 
 
 def _as_tuple(value: int | str | Iterable, option: str, kind: type) -> tuple:
@@ -63,6 +64,7 @@ class Jitted:
             raise ValueError(f"donate_argnums and static_argnums both name argument {min(both)}")
         self._cache: dict[tuple, Compiled] = {}
         self._fast: dict[tuple, Callable] = {}
+        self._device_fast = False  # whether _fast holds entries for jax arrays
         self._lock = threading.Lock()
         self._compiling: dict[tuple, threading.Lock] = {}
         functools.update_wrapper(self, fun)
@@ -75,16 +77,27 @@ class Jitted:
                 run = self._fast.get((_X64.value, _CHOICE.get(), *key))
                 if run is not None:
                     return run(args)
+            elif self._device_fast:  # jax arrays, for a backend that takes them as they are
+                key = [(a.shape, a.dtype) for a in args if type(a) is _JaxArray and not a.weak_type]
+                if len(key) == len(args):
+                    run = self._fast.get((_X64.value, _CHOICE.get(), "device", *key))
+                    if run is not None:
+                        return run(args)
         key, arrays = self._key_and_arrays(args, kwargs)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile_once(key, args, kwargs)
         if not kwargs and len(arrays) == len(args) and all(a is b for a, b in zip(arrays, args)) \
-                and all(type(a) is ndarray for a in args) and not self.splitter.has_static:
-            # Every argument was a canonical numpy array, passed through untouched: next time
-            # the shapes and dtypes alone select the executable.
+                and not self.splitter.has_static:
+            # Every argument was a canonical numpy array (or a jax array the backend takes),
+            # passed through untouched: next time the shapes and dtypes alone select the
+            # executable.
             signature = [(a.shape, a.dtype) for a in args]
-            self._fast[(_X64.value, _CHOICE.get(), *signature)] = compiled.fast_runner()
+            if all(type(a) is ndarray for a in args):
+                self._fast[(_X64.value, _CHOICE.get(), *signature)] = compiled.fast_runner()
+            elif all(type(a) is _JaxArray and not a.weak_type for a in args):
+                self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = compiled.fast_runner()
+                self._device_fast = True
         return compiled.call_flat(arrays)
 
     def _key_and_arrays(self, args: tuple, kwargs: dict):
@@ -92,8 +105,10 @@ class Jitted:
         names = self.splitter.dynamic_names(len(args))
         leaves, paths, treedef = sig.leaf_paths(dynamic_args, dynamic_kwargs, names)
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
-        key = (treedef, tuple((s.shape, s.weak) for s in specs), static, self._backend_choice())
-        arrays = [sig.to_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
+        choice = self._backend_choice()
+        key = (treedef, tuple((s.shape, s.weak) for s in specs), static, choice)
+        device = _takes_device_arrays(choice.name)
+        arrays = [sig.to_array(leaf, spec, device) for leaf, spec in zip(leaves, specs)]
         return key, arrays
 
     def _compile_once(self, key: tuple, args: tuple, kwargs: dict) -> Compiled:

@@ -70,8 +70,12 @@ def abstractify(leaf: object, path: str) -> LeafSpec:
     return LeafSpec(path, Shape(xdtype, tuple(int(d) for d in shape)), weak)
 
 
-def to_array(leaf: object, spec: LeafSpec) -> np.ndarray:
-    """The argument as a numpy array of its canonical dtype (no copy when it already is one)."""
+def to_array(leaf: object, spec: LeafSpec, device_arrays: bool = False) -> np.ndarray:
+    """The argument as a numpy array of its canonical dtype (no copy when it already is one).
+    `device_arrays`: a jax array of that dtype stays as it is, on its device (for a backend
+    that takes them: a GPU's arrays do not come back to the host)."""
+    if device_arrays and isinstance(leaf, jax.Array) and leaf.dtype == spec.shape.dtype.numpy:
+        return leaf
     return np.asarray(leaf, dtype=spec.shape.dtype.numpy)
 
 

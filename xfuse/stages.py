@@ -12,11 +12,19 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+from jax._src.array import ArrayImpl as _JaxArray
 
 from xfuse.fusion import FusionReport, cost_analysis
 from xfuse.hlo import Module
 
 from . import signature as sig
+
+
+def _takes_device_arrays(backend: str) -> bool:
+    """Whether the backend takes jax arrays as they are (else they become numpy arrays)."""
+    from xfuse.backends.registry import REGISTRY
+
+    return not REGISTRY.get(backend).host_arrays
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class Compiled:
         if lowered.donated and hasattr(self.executable, "with_donated"):
             self.executable = self.executable.with_donated(lowered.donated)
         self._result = result
+        self._device_arrays = _takes_device_arrays(lowered.backend)
         self._fast = None  # (signature, runner) once known; () when there is no fast path
 
     def as_text(self) -> str:
@@ -161,6 +170,10 @@ class Compiled:
                 fast = self._fast = (expected, self.fast_runner()) if expected is not None else ()
             if fast and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == fast[0]:
                 return fast[1](args)
+            if fast and self._device_arrays and fast[0] == [  # jax arrays the backend takes
+                (a.shape, a.dtype) for a in args if type(a) is _JaxArray and not a.weak_type
+            ]:
+                return fast[1](args)
         return self.call_flat(self._checked_arrays(args, kwargs))
 
     def _checked_arrays(self, args: tuple, kwargs: dict) -> list:
@@ -180,7 +193,7 @@ class Compiled:
                 raise TypeError(
                     f"{self.module.name}: argument {path} should be {spec.shape}, got {given.shape}"
                 )
-            arrays.append(sig.to_array(leaf, spec))
+            arrays.append(sig.to_array(leaf, spec, self._device_arrays))
         return arrays
 
     def fast_runner(self) -> Callable:
