@@ -11,7 +11,7 @@ import pytest
 
 import xfuse
 
-DEVICES = [d for d in xfuse.devices("jax")]
+DEVICES = list(xfuse.devices("jax"))
 
 
 def mlp(x, w1, b1, w2):
