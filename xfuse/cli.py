@@ -1,4 +1,5 @@
-"""The `xfuse` command line. Subcommands: `demo`, `bench`, `aot` (compile, run, inspect).
+"""The `xfuse` command line. Subcommands: `demo`, `bench`, `aot` (compile, run, inspect), and
+`inspect` (a function's fusion as text, or as one standalone HTML report).
 
 `bench` runs the benchmark suite of the source tree (`benchmarks/`, beside this package's
 folder); its options are the suite's own (`xfuse bench --help`).
@@ -29,6 +30,25 @@ def _bench(argv: list[str]) -> int:
     return bench(argv, prog="xfuse bench")
 
 
+def _inspect(args) -> int:
+    import xfuse
+    from xfuse.aot.cli import find_function, parse_arg
+
+    from .html import compiled_html, page
+
+    fn = find_function(args.function)
+    specs = [parse_arg(a) for a in args.arg]
+    compiled = xfuse.jit(fn, backend=args.backend).lower(*specs).compile()
+    if args.html:
+        title = f"xfuse: {args.function}"
+        Path(args.html).write_text(page(compiled_html(compiled, title=args.function), title), "utf-8")
+        print(f"wrote {args.html}")
+    else:
+        print(compiled.as_text())
+        print(compiled.fusion_report())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xfuse", description="xfuse: a fusion compiler for JAX")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("aot", add_help=False,
                    help="ahead-of-time artifacts: xfuse aot compile|run|inspect (xfuse aot --help)")
+    inspect = sub.add_parser("inspect", help="a function's fused HLO and fusion report, or an HTML report")
+    inspect.add_argument("function", help="module:function, or path/to/file.py:function")
+    inspect.add_argument("--arg", action="append", default=[], metavar="TYPE",
+                         help="an argument's type, e.g. f32[64,512]; once per argument, in order")
+    inspect.add_argument("--backend", default=None, help="the backend to compile for (default numba)")
+    inspect.add_argument("--html", metavar="FILE", help="write one standalone HTML report here")
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         return _bench(rest)
@@ -53,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo
 
         return demo()
+    if args.command == "inspect":
+        try:
+            return _inspect(args)
+        except (ValueError, TypeError) as error:
+            print(f"xfuse inspect: {error}", file=sys.stderr)
+            return 2
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

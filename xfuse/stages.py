@@ -59,6 +59,16 @@ class Lowered:
     def __repr__(self) -> str:
         return f"<xfuse.Lowered {self.module.name} on {self.backend}>"
 
+    def _repr_html_(self) -> str:
+        from .html import lowered_html
+
+        return lowered_html(self)
+
+    def _repr_svg_(self) -> str:
+        from .graph import to_svg
+
+        return to_svg(self.module)
+
     def compile(self) -> Compiled:
         from .compiler import compile_module
 
@@ -112,6 +122,43 @@ class Compiled:
     def pass_history(self) -> list:
         """The module after each pass: `[PassRecord(name, changed, module), ...]`."""
         return list(self._result.history)
+
+    def pass_diff(self, a: int | str = 0, b: int | str = -1) -> str:
+        """A unified diff of the module after pass `a` and after pass `b` (an index into
+        `pass_history()` or a pass's name; "input" is the module before the first pass)."""
+        import difflib
+
+        first, second = self._module_after(a), self._module_after(b)
+        return "\n".join(difflib.unified_diff(
+            str(first[1]).splitlines(), str(second[1]).splitlines(),
+            f"after {first[0]}", f"after {second[0]}", lineterm="",
+        ))
+
+    def _module_after(self, which: int | str):
+        history = self._result.history
+        if which == "input":
+            return "input", self.lowered.module
+        if isinstance(which, str):
+            for record in history:
+                if record.name == which:
+                    return record.name, record.module
+            names = ", ".join(["input", *(r.name for r in history)])
+            raise ValueError(f"no pass named {which!r} ran; the passes: {names}")
+        try:
+            record = history[which]
+        except (IndexError, TypeError):
+            raise ValueError(f"pass index {which!r} is out of range (0..{len(history) - 1})") from None
+        return record.name, record.module
+
+    def _repr_html_(self) -> str:
+        from .html import compiled_html
+
+        return compiled_html(self)
+
+    def _repr_svg_(self) -> str:
+        from .graph import to_svg
+
+        return to_svg(self.module)
 
     def __repr__(self) -> str:
         return f"<xfuse.Compiled {self.module.name} on {self.lowered.backend}>"
