@@ -106,7 +106,7 @@ AOT = [
 
 An artifact holds native code for every kernel, the buffer plan and a manifest; loading and
 running it needs numpy alone."""),
-    ("code", """import subprocess, sys, tempfile, time
+    ("code", """import subprocess, sys, tempfile
 from pathlib import Path
 import jax
 import numpy as np
