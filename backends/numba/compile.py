@@ -5,6 +5,7 @@ tracebacks and numba's own errors show the generated lines. With the disk cache 
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import linecache
 from types import ModuleType
@@ -63,6 +64,7 @@ def compile_kernel(source: KernelSource):
     """The numba dispatcher for one kernel (compiled, or loaded from the disk cache, on the
     first call: call `settle(dispatcher)` after it)."""
     text = full_text(source)
+    _record_new_overloads()
     entry = cache.open_entry(source.name, text)
     if entry is not None:
         try:
@@ -89,15 +91,37 @@ def settle(fn) -> None:
     if entry is None:
         return
     fn._xfuse_entry = None
+    _SETTLED.append([fn, entry, len(fn.overloads)])
     if sum(fn.stats.cache_hits.values()):
         cache.stats.count("hits")
         return
     cache.stats.count("misses")
+    _commit(entry)
+
+
+def _commit(entry) -> None:
     try:
         entry.commit()
     except OSError as e:
         cache.warnings.warn(f"xfuse kernel cache: cannot record {entry.path} ({e})",
-                            cache.CacheWarning, stacklevel=2)
+                            cache.CacheWarning, stacklevel=3)
+
+
+# Kernels settled in this process, with their overload count when last recorded. A kernel later
+# called with arrays of another layout (Fortran order, strided) makes numba compile and store
+# another overload in the entry, which the manifest does not list yet: such entries are recorded
+# again before the next kernel is opened and at exit, or the next user of the entry (in this
+# process or another) would reject it and compile again.
+_SETTLED: list[list] = []
+
+
+@atexit.register
+def _record_new_overloads() -> None:
+    for item in _SETTLED:
+        fn, entry, count = item
+        if len(fn.overloads) > count:
+            item[2] = len(fn.overloads)
+            _commit(entry)
 
 
 def initialize() -> None:

@@ -164,3 +164,40 @@ def test_two_processes_filling_one_cache_at_once_both_succeed(tmp_path):
         assert result["rejected"] == 0
     after = run(tmp_path)
     assert after["misses"] == 0 and after["rejected"] == 0, after
+
+
+LAYOUTS = textwrap.dedent("""
+    import json, warnings
+    import numpy as np
+    import jax.numpy as jnp
+    import xfuse
+    from xfuse.backends.numba import cache
+
+    f = xfuse.jit(lambda x: jnp.sin(x) * 2.0)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [f(x), f(np.asfortranarray(x)), f(np.repeat(x, 2, axis=1)[:, ::2])]
+    for r in results:
+        np.testing.assert_allclose(r, np.sin(x) * 2, rtol=1e-6, atol=1e-6)
+    print("RESULT " + json.dumps({"hits": cache.stats.hits, "misses": cache.stats.misses,
+                                  "rejected": cache.stats.rejected,
+                                  "warnings": [str(w.message) for w in caught]}))
+""")
+
+
+def test_overloads_for_other_layouts_are_recorded_for_the_next_process(tmp_path):
+    """A cached kernel called with Fortran-ordered and strided arrays gets more numba overloads
+    in its entry; the manifest records them at exit, so the next process loads the entry
+    instead of rejecting it."""
+    env = dict(os.environ, XFUSE_CACHE_DIR=str(tmp_path))
+    outcomes = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", LAYOUTS], capture_output=True, text=True,
+                              env=env, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+        outcomes.append(json.loads(line[len("RESULT "):]))
+    first, second = outcomes
+    assert (first["misses"], first["rejected"]) == (1, 0)
+    assert (second["hits"], second["misses"], second["rejected"], second["warnings"]) == (1, 0, 0, [])
