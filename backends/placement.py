@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xfuse.hlo import Computation, Instruction, Module, Op, Shape, TupleShape, verify
+from xfuse.hlo import Computation, Instruction, Module, Op, Shape, TupleShape, fresh_name, verify
 
 from .registry import STRUCTURAL, Backend, KernelRegistration, UnsupportedError
 
@@ -62,7 +62,7 @@ def outline_kernels(
             new_instructions.append(inst)
             continue
         registration, members = found
-        name = _fresh(f"custom.{registration.name}", taken)
+        name = fresh_name(f"custom.{registration.name}", taken)
         body, inputs = _outline(entry, inst, members, name)
         bodies.append(body)
         chosen[name] = registration
@@ -101,15 +101,6 @@ def _match(registration: KernelRegistration, comp: Computation, inst: Instructio
     if any(comp[m].op is Op.PARAMETER for m in members):
         return None
     return members
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 0
-    while name in taken:
-        n += 1
-        name = f"{base}.{n}"
-    taken.add(name)
-    return name
 
 
 def _outline(

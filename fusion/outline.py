@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from xfuse.hlo import Computation, Instruction, Kind, Op, TupleShape
+from xfuse.hlo import Computation, Instruction, Kind, Op, TupleShape, fresh_name
 
 from .partition import Partition
 from .rewrite import Namer
@@ -47,12 +47,7 @@ def fusion_kind(comp: Computation, members: list[str], outputs: list[str]) -> st
 def computation_name(comp: Computation, members: list[str], taken: set[str]) -> str:
     ops = list(dict.fromkeys(str(comp[m].op) for m in members))
     shown = [o for o in ops if o not in NOISE_OPS] or ops
-    base = "fused_" + "_".join(shown[:MAX_NAME_OPS])
-    name, n = base, 1
-    while name in taken:
-        name, n = f"{base}.{n}", n + 1
-    taken.add(name)
-    return name
+    return fresh_name("fused_" + "_".join(shown[:MAX_NAME_OPS]), taken)
 
 
 class Outliner:

@@ -7,7 +7,7 @@ from .builder import Builder
 from .dtypes import AnyShape, DType, Shape, TupleShape
 from .errors import BuilderError, HloError, HloParseError, HloVerifyError
 from .interpreter import InterpreterError, interpret
-from .ir import Computation, Instruction, Loc, Module
+from .ir import Computation, Instruction, Loc, Module, fresh_name
 from .literal import Literal
 from .ops import OPS, AttrKind, Kind, Op, OpInfo
 from .parser import parse
@@ -37,6 +37,7 @@ __all__ = [
     "Shape",
     "ShapeError",
     "TupleShape",
+    "fresh_name",
     "interpret",
     "parse",
     "print_module",

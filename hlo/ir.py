@@ -209,5 +209,15 @@ class Module:
         return Module(name or entry.name, (*called, entry), entry.name)
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base.1`, `base.2`, ... : the first not in `taken`, which it joins."""
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}.{n}"
+    taken.add(name)
+    return name
+
+
 def operand_instructions(comp: Computation, inst: Instruction) -> Sequence[Instruction]:
     return [comp[o] for o in inst.operands]

@@ -5,7 +5,7 @@ odd (`ROOT`, `Gv.wcAVpY`, a Python keyword), becomes a valid Python identifier.
 
 from __future__ import annotations
 
-from xfuse.hlo import Computation, Instruction, Module, Op
+from xfuse.hlo import Computation, Instruction, Module, Op, fresh_name
 
 
 def inline_calls(module: Module, comp: Computation) -> Computation:
@@ -26,21 +26,12 @@ def inline_calls(module: Module, comp: Computation) -> Computation:
             if child.op is Op.PARAMETER:
                 inner[child.name] = operands[child.attr("index")]
                 continue
-            name = _fresh(f"{inst.name}.{child.name}", taken)
+            name = fresh_name(f"{inst.name}.{child.name}", taken)
             inner[child.name] = name
             out.append(child.replace(name=name, operands=tuple(inner[o] for o in child.operands)))
         rename[inst.name] = inner[called.root_instruction.name]
     root = rename.get(comp.root_instruction.name, comp.root_instruction.name)
     return Computation(comp.name, tuple(out), root)
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, n = name, 0
-    while candidate in taken:
-        n += 1
-        candidate = f"{name}.{n}"
-    taken.add(candidate)
-    return candidate
 
 
 def canonical(comp: Computation) -> Computation:
