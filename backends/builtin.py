@@ -5,31 +5,14 @@ May import xfuse.hlo and the standard library here; the backends' modules import
 
 from __future__ import annotations
 
-import os
-import platform
-
 from xfuse.hlo import Module
 
-from .registry import Backend, Device
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from .registry import Backend, Device, host_cpu
 
 
 class NumbaBackend(Backend):
     name = "numba"
     description = "native CPU kernels compiled by numba (LLVM), BLAS for dots"
-
-    def devices(self) -> list[Device]:
-        return [Device(self.name, "cpu", 0, f"{_cpu_name()}, {os.cpu_count()} threads")]
 
     def compile(self, module: Module, **options: object):
         from xfuse.backends.numba import compile_module
@@ -40,9 +23,6 @@ class NumbaBackend(Backend):
 class CBackend(Backend):
     name = "c"
     description = "kernels rendered as C and built by the system C compiler (what AOT ships)"
-
-    def devices(self) -> list[Device]:
-        return [Device(self.name, "cpu", 0, f"{_cpu_name()}, {os.cpu_count()} threads")]
 
     def compile(self, module: Module, **options: object):
         from xfuse.backends.c.backend import compile_module
@@ -84,7 +64,7 @@ class ReferenceBackend(Backend):
     description = "xfuse.hlo's numpy interpreter: slow and exact, the oracle of the tests"
 
     def devices(self) -> list[Device]:
-        return [Device(self.name, "cpu", 0, f"{_cpu_name()} (numpy)")]
+        return [Device(self.name, "cpu", 0, f"{host_cpu()} (numpy)")]
 
     def compile(self, module: Module, **options: object):
         from xfuse.backends import reference

@@ -14,6 +14,7 @@ it is slow to import, and the numpy-only runtime never needs it).
 
 from __future__ import annotations
 
+import os
 import platform
 import threading
 import warnings
@@ -95,6 +96,18 @@ def _members(module: Module, comp: Computation) -> Iterable[Instruction]:
         yield inst
 
 
+def host_cpu() -> str:
+    """This machine's CPU model, as /proc/cpuinfo names it (else what `platform` knows)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 class Backend:
     """What a backend plugin provides. Subclass it (or give an object with these attributes):
 
@@ -112,7 +125,8 @@ class Backend:
     host_arrays: bool = True
 
     def devices(self) -> list[Device]:
-        return [Device(self.name, "cpu", 0, platform.processor() or platform.machine())]
+        """The host CPU, for a backend that runs there (override for other devices)."""
+        return [Device(self.name, "cpu", 0, f"{host_cpu()}, {os.cpu_count()} threads")]
 
     def compile(self, module: Module, **options: object) -> Callable:
         raise NotImplementedError(f"backend {self.name!r} does not compile")
@@ -167,18 +181,23 @@ class Registry:
     _discovered: bool = False
     _kernels_loaded: bool = False
     _kernel_plugins: set = field(default_factory=set)  # (name, value) of loaded entry points
+    _kernel_eps: tuple = ()  # the `xfuse.kernels` entry points found by `discover`
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     # ------------------------------------------------------------------ discovery
     def discover(self, *, again: bool = False) -> None:
         """Reads the entry points of `xfuse.backends` (names only; nothing is imported).
         `again=True` looks for newly installed plugins (and kernel plugins) too."""
+        if self._discovered and not again:
+            return
         with self._lock:
             if self._discovered and not again:
                 return
             from importlib.metadata import entry_points
 
-            for ep in entry_points(group=GROUP):
+            found = entry_points()  # one scan of the installed distributions, for both groups
+            self._kernel_eps = tuple(found.select(group=KERNEL_GROUP))
+            for ep in found.select(group=GROUP):
                 if ep.name not in self._entries:
                     dist = getattr(ep.dist, "name", "") or ""
                     self._entries[ep.name] = _Entry(ep.name, ep.value, dist, ep.load)
@@ -210,8 +229,8 @@ class Registry:
         self.discover()
         from .builtin import BACKENDS
 
-        first = [b.name for b in BACKENDS]
-        ordered = sorted(self._entries, key=lambda n: (n not in first, first.index(n) if n in first else 0, n))
+        builtin = [b.name for b in BACKENDS if b.name in self._entries]
+        ordered = builtin + sorted(n for n in self._entries if n not in builtin)
         return [n for n in ordered if self._entries[n].error is None]
 
     def get(self, name: str) -> Backend:
@@ -281,13 +300,13 @@ class Registry:
         """Undoes every registration and discovery made inside the block (for tests)."""
         with self._lock:
             saved = (dict(self._entries), list(self._kernels), self._discovered,
-                     self._kernels_loaded, set(self._kernel_plugins))
+                     self._kernels_loaded, set(self._kernel_plugins), self._kernel_eps)
         try:
             yield self
         finally:
             with self._lock:
                 (self._entries, self._kernels, self._discovered, self._kernels_loaded,
-                 self._kernel_plugins) = saved
+                 self._kernel_plugins, self._kernel_eps) = saved
 
     # ------------------------------------------------------------------ kernels
     def register_kernel(self, registration: KernelRegistration) -> None:
@@ -304,13 +323,14 @@ class Registry:
         return [k for k in self._kernels if k.backend == backend]
 
     def _load_kernel_plugins(self) -> None:
+        if self._kernels_loaded:
+            return
+        self.discover()
         with self._lock:
             if self._kernels_loaded:
                 return
             self._kernels_loaded = True
-            from importlib.metadata import entry_points
-
-            for ep in entry_points(group=KERNEL_GROUP):
+            for ep in self._kernel_eps:
                 if (ep.name, ep.value) in self._kernel_plugins:
                     continue
                 self._kernel_plugins.add((ep.name, ep.value))

@@ -13,6 +13,16 @@ from nbclient import NotebookClient
 
 HERE = Path(__file__).resolve().parent
 
+# The function and inputs the tour and the AOT notebook share.
+MLP = """def mlp(x, w, b):
+    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((64, 512), dtype=np.float32)
+w = rng.standard_normal((512, 1024), dtype=np.float32) / 20
+b = rng.standard_normal(1024, dtype=np.float32)
+"""
+
 TOUR = [
     ("md", """# A tour of fusion: softmax(relu(x @ w + b))
 
@@ -23,14 +33,7 @@ import jax
 import numpy as np
 import xfuse
 
-def mlp(x, w, b):
-    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
-
-rng = np.random.default_rng(0)
-x = rng.standard_normal((64, 512), dtype=np.float32)
-w = rng.standard_normal((512, 1024), dtype=np.float32) / 20
-b = rng.standard_normal(1024, dtype=np.float32)
-jax.make_jaxpr(mlp)(x, w, b)"""),
+""" + MLP + """jax.make_jaxpr(mlp)(x, w, b)"""),
     ("md", "The frontend turns the jaxpr into HLO, one instruction per primitive, each carrying its source line:"),
     ("code", """f = xfuse.jit(mlp)
 lowered = f.lower(x, w, b)
@@ -113,14 +116,7 @@ import numpy as np
 import xfuse
 import xfuse.aot
 
-def mlp(x, w, b):
-    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
-
-rng = np.random.default_rng(0)
-x = rng.standard_normal((64, 512), dtype=np.float32)
-w = rng.standard_normal((512, 1024), dtype=np.float32) / 20
-b = rng.standard_normal(1024, dtype=np.float32)
-folder = Path(tempfile.mkdtemp())
+""" + MLP + """folder = Path(tempfile.mkdtemp())
 path = xfuse.jit(mlp).lower(x, w, b).compile().save(folder / "mlp.xfa")
 print(f"{path.name}: {path.stat().st_size / 1024:.1f} KiB")
 print(xfuse.aot.inspect(path))"""),

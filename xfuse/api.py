@@ -20,7 +20,7 @@ from . import frontend_bridge as bridge
 from . import signature as sig
 from .compiler import _DEFAULT as _CHOICE  # the innermost default_backend block: in the keys
 from .compiler import check_passes, make_choice
-from .stages import CallInfo, Compiled, Lowered, _takes_device_arrays
+from .stages import CallInfo, Compiled, Lowered
 
 
 def _as_tuple(value: int | str | Iterable, option: str, kind: type) -> tuple:
@@ -83,10 +83,11 @@ class Jitted:
                     run = self._fast.get((_X64.value, _CHOICE.get(), "device", *key))
                     if run is not None:
                         return run(args)
-        key, arrays = self._key_and_arrays(args, kwargs)
+        key, leaves, specs = self._key_and_leaves(args, kwargs)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile_once(key, args, kwargs)
+        arrays = [sig.to_array(leaf, spec, compiled._device_arrays) for leaf, spec in zip(leaves, specs)]
         if not kwargs and len(arrays) == len(args) and all(a is b for a, b in zip(arrays, args)) \
                 and not self.splitter.has_static:
             # Every argument was a canonical numpy array (or a jax array the backend takes),
@@ -100,16 +101,14 @@ class Jitted:
                 self._device_fast = True
         return compiled.call_flat(arrays)
 
-    def _key_and_arrays(self, args: tuple, kwargs: dict):
+    def _key_and_leaves(self, args: tuple, kwargs: dict):
+        """The cache key of a call (signature and backend in effect), its leaves and their specs."""
         dynamic_args, dynamic_kwargs, static = self.splitter.split(args, kwargs)
         names = self.splitter.dynamic_names(len(args))
         leaves, paths, treedef = sig.leaf_paths(dynamic_args, dynamic_kwargs, names)
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
-        choice = self._backend_choice()
-        key = (treedef, tuple((s.shape, s.weak) for s in specs), static, choice)
-        device = _takes_device_arrays(choice.name)
-        arrays = [sig.to_array(leaf, spec, device) for leaf, spec in zip(leaves, specs)]
-        return key, arrays
+        key = (treedef, tuple((s.shape, s.weak) for s in specs), static, self._backend_choice())
+        return key, leaves, specs
 
     def _compile_once(self, key: tuple, args: tuple, kwargs: dict) -> Compiled:
         """Compiles for `key`; threads racing on the same key wait for one compile."""
@@ -165,7 +164,7 @@ class Jitted:
     def call_async(self, *args: object, **kwargs: object) -> Future:
         """Like calling, but returns a `concurrent.futures.Future` at once (a first call for a
         signature compiles before returning)."""
-        key, arrays = self._key_and_arrays(args, kwargs)
+        key, _, _ = self._key_and_leaves(args, kwargs)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile_once(key, args, kwargs)
