@@ -375,14 +375,6 @@ def _check_backend_object(backend: object, where: str) -> None:
 REGISTRY = Registry()
 
 
-def get_backend(name: str) -> Backend:
-    return REGISTRY.get(name)
-
-
-def backend_names() -> list[str]:
-    return REGISTRY.names()
-
-
 def devices(backend: str | None = None) -> list[Device]:
     return REGISTRY.devices(backend)
 
