@@ -3,3 +3,10 @@
 
 May import xfuse.hlo, xfuse.runtime and each backend's own library.
 """
+
+
+class CacheWarning(UserWarning):
+    """A cache entry could not be used (corrupted, truncated, unwritable); it is built again."""
+
+
+__all__ = ["CacheWarning"]

@@ -67,10 +67,18 @@ def write(path, manifest: dict, blobs: dict[str, bytes]) -> int:
     path = os.fspath(path)
     data = pack(manifest, blobs)
     folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    # A name of its own for each writer: threads of one process may save to one path at once.
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return len(data)
 
 
@@ -200,7 +208,9 @@ class Loaded:
         return f"<xfuse artifact {self.name}({args}) from {self.path}>"
 
     def __call__(self, *args, **kwargs):
-        if not kwargs and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == self._fast:
+        fast = self._fast  # every argument counted: an ndarray subclass must not slip in
+        if not kwargs and fast is not None and len(args) == len(fast) \
+                and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == fast:
             outputs = self._runner(args)
         else:
             outputs = self.executable(self.check(args, kwargs))
@@ -212,7 +222,8 @@ class Loaded:
         (_, (positional, keywords)), = self.in_tree.items()  # the tree of (args, kwargs)
         (_, trees), = positional.items()
         if len(args) != len(trees):
-            raise TypeError(f"{self.name} takes {len(trees)} array arguments, got {len(args)}")
+            raise TypeError(f"{self.name} takes {len(trees)} array arguments, got {len(args)} "
+                            f"(its arguments: {', '.join(self.arg_names[: len(trees)])})")
         for i, (tree, value) in enumerate(zip(trees, args)):
             name = self.arg_names[i] if i < len(self.arg_names) else f"args[{i}]"
             flatten(tree, value, name, leaves, self.name)
@@ -255,21 +266,21 @@ def _positional(n: int) -> dict:
 def flatten(tree, value, path: str, out: list, fn: str) -> None:
     """Appends (path, leaf) for each leaf of `value`, checking it has the structure `tree`."""
     def where() -> str:
-        return path or "the arguments"
+        return f"argument {path}" if path else "the keyword arguments"
 
     if tree == "*":
         out.append((path, value))
         return
     if tree is None:
         if value is not None:
-            raise TypeError(f"{fn}: argument {where()} should be None, got {type(value).__name__}")
+            raise TypeError(f"{fn}: {where()} should be None, got {type(value).__name__}")
         return
     (kind, children), = tree.items()
     if kind in ("tuple", "list"):
         ok = isinstance(value, tuple) if kind == "tuple" else isinstance(value, list)
         if not ok or len(value) != len(children):
             got = f"{type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
-            raise TypeError(f"{fn}: argument {where()} should be a {kind} of {len(children)}, got {got}")
+            raise TypeError(f"{fn}: {where()} should be a {kind} of {len(children)}, got {got}")
         for i, (child, v) in enumerate(zip(children, value)):
             flatten(child, v, f"{path}[{i}]", out, fn)
         return
@@ -277,7 +288,7 @@ def flatten(tree, value, path: str, out: list, fn: str) -> None:
         keys = [k for k, _ in children]
         if not isinstance(value, dict) or sorted(value) != sorted(keys):
             got = sorted(value) if isinstance(value, dict) else type(value).__name__
-            raise TypeError(f"{fn}: argument {where()} should be a dict with keys {keys}, got {got}")
+            raise TypeError(f"{fn}: {where()} should be a dict with keys {keys}, got {got}")
         for key, child in children:
             flatten(child, value[key], f"{path}[{key!r}]" if path else key, out, fn)
         return
@@ -308,10 +319,10 @@ def _as_array(leaf, path: str, dtype: np.dtype, weak: bool, x64: bool) -> np.nda
         return np.asarray(leaf, dtype)  # a weak Python scalar takes the argument's dtype
     if not hasattr(leaf, "dtype") or not hasattr(leaf, "shape"):
         try:
-            leaf = np.asarray(leaf)
+            array = np.asarray(leaf)
         except Exception:
             raise TypeError(f"argument {path}: {type(leaf).__name__} is not an array") from None
-        if leaf.dtype == object:
+        if array.dtype == object:  # named as given, not as numpy made it
             raise TypeError(f"argument {path}: {type(leaf).__name__} is not an array")
     array = np.asarray(leaf)
     if not x64 and array.dtype.itemsize == 8 and array.dtype.kind in "iuf":  # as jax canonicalises

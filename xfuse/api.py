@@ -114,11 +114,16 @@ class Jitted:
         """Compiles for `key`; threads racing on the same key wait for one compile."""
         with self._lock:
             gate = self._compiling.setdefault(key, threading.Lock())
-        with gate:
-            compiled = self._cache.get(key)
-            if compiled is None:
-                compiled = self.lower(*args, **kwargs).compile()
-                self._cache[key] = compiled
+        try:
+            with gate:
+                compiled = self._cache.get(key)
+                if compiled is None:
+                    compiled = self.lower(*args, **kwargs).compile()
+                    self._cache[key] = compiled
+        finally:  # the gate goes once its key is cached, or its compile failed: none stays behind
+            with self._lock:
+                if self._compiling.get(key) is gate:
+                    del self._compiling[key]
         return compiled
 
     # ------------------------------------------------------------------ stages

@@ -90,6 +90,35 @@ def leaf_paths(
     return leaves, paths, treedef
 
 
+_LEAF = object()
+
+
+def structure_mismatch(in_tree, args: tuple, kwargs: dict, splitter: ArgumentSplitter) -> str:
+    """Where a call's dynamic (args, kwargs) departs from the pytree structure `in_tree`,
+    naming the argument: `argument params should be {'b': *, 'w': *}, got {'w': *}`."""
+    want_args, want_kwargs = jax.tree_util.tree_unflatten(in_tree, [_LEAF] * in_tree.num_leaves)
+    count = max(len(args), len(want_args)) + len(splitter.static_argnums)
+    names = splitter.dynamic_names(count)
+    if len(args) != len(want_args):
+        return (f"takes {len(want_args)} array arguments ({', '.join(names[: len(want_args)])}), "
+                f"got {len(args)}")
+    if sorted(kwargs) != sorted(want_kwargs):
+        return f"takes the keyword arguments {sorted(want_kwargs)}, got {sorted(kwargs)}"
+    pairs = [*zip(names, want_args, args), *((k, want_kwargs[k], kwargs[k]) for k in sorted(kwargs))]
+    for name, want, got in pairs:
+        want_tree, got_tree = jax.tree_util.tree_structure(want), jax.tree_util.tree_structure(got)
+        if want_tree != got_tree:
+            return f"argument {name} should be {_structure_text(want_tree)}, got {_structure_text(got_tree)}"
+    return f"the arguments' structure does not match {in_tree}"
+
+
+def _structure_text(tree) -> str:
+    if tree.num_leaves == 1 and jax.tree_util.treedef_is_leaf(tree):
+        return "an array"
+    text = str(tree)
+    return text[len("PyTreeDef("):-1] if text.startswith("PyTreeDef(") else text
+
+
 def _path_text(path, arg_names: Sequence[str]) -> str:
     top, first, *rest = path  # (args, kwargs)[top][first]...
     if top.idx == 0:

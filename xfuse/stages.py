@@ -215,12 +215,15 @@ class Compiled:
             if fast is None:
                 expected = self._fast_signature()
                 fast = self._fast = (expected, self.fast_runner()) if expected is not None else ()
-            if fast and [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == fast[0]:
-                return fast[1](args)
-            if fast and self._device_arrays and fast[0] == [  # jax arrays the backend takes
-                (a.shape, a.dtype) for a in args if type(a) is _JaxArray and not a.weak_type
-            ]:
-                return fast[1](args)
+            # Every argument must be counted: one of another type beside matching arrays
+            # (an ndarray subclass, say) would reach the kernels in a matching array's place.
+            if fast and len(args) == len(fast[0]):
+                if [(a.shape, a.dtype) for a in args if type(a) is np.ndarray] == fast[0]:
+                    return fast[1](args)
+                if self._device_arrays and fast[0] == [  # jax arrays the backend takes
+                    (a.shape, a.dtype) for a in args if type(a) is _JaxArray and not a.weak_type
+                ]:
+                    return fast[1](args)
         return self.call_flat(self._checked_arrays(args, kwargs))
 
     def _checked_arrays(self, args: tuple, kwargs: dict) -> list:
@@ -229,10 +232,8 @@ class Compiled:
         names = info.splitter.dynamic_names(len(args) + len(info.splitter.static_argnums))
         leaves, paths, treedef = sig.leaf_paths(args, kwargs, names)
         if treedef != info.in_tree:
-            raise TypeError(
-                f"{self.module.name}: the arguments' structure {treedef} does not match the "
-                f"compiled signature {info.in_tree}"
-            )
+            where = sig.structure_mismatch(info.in_tree, args, kwargs, info.splitter)
+            raise TypeError(f"{self.module.name}: {where}")
         arrays = []
         for leaf, path, spec in zip(leaves, paths, info.leaves):
             given = sig.abstractify(leaf, path)

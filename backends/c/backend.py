@@ -1,16 +1,24 @@
 """The C backend: a fused module lowered to a program (as the numba backend does), its kernels
 rendered as one C file, built by the system C compiler into a shared library and called
 through ctypes. Built libraries are cached on disk under the kernel cache's folder
-(`XFUSE_CACHE_DIR`, `off` to disable), keyed by the C text, the flags and the compiler.
+(`XFUSE_CACHE_DIR`, `off` to disable), keyed by the C text, the flags and the compiler: the
+library is named by its own hash, and a small index file `<key>.entry`, written last, names it.
+Every write goes to a file of its own renamed into place, so threads and processes building
+one library at once all succeed; an entry whose library is missing, truncated or altered
+gives a `CacheWarning` and is built again (nothing unchecked is ever loaded).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import warnings
+from contextlib import suppress
 from pathlib import Path
 
+from xfuse.backends import CacheWarning
 from xfuse.hlo import Module
 from xfuse.runtime import Executable
 from xfuse.runtime.native import kernels as library_kernels
@@ -60,20 +68,65 @@ def build_library(source: str, target: str = "native", *, openmp: bool = False) 
     digest = key.hexdigest()[:32]
     folder = cache_dir()
     if folder is not None:
-        path = folder / f"{digest}.so"
-        if path.is_file():
-            return path
+        found = _cached(folder, digest)
+        if found is not None:
+            return found
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{digest}.{os.getpid()}.tmp"
-            toolchain.compile_shared(source, tmp, target, openmp=openmp)
-            os.replace(tmp, path)  # atomic: another process sees all of it or nothing
-            return path
+            return _build_into(folder, digest, source, target, openmp)
         except OSError:
             pass  # an unwritable cache: build in a private folder instead
     path = Path(tempfile.mkdtemp(prefix="xfuse-c-")) / f"{digest}.so"
     toolchain.compile_shared(source, path, target, openmp=openmp)
     return path
+
+
+def _cached(folder: Path, digest: str) -> Path | None:
+    """The library the entry `digest` names, when its bytes still have the hash in its name."""
+    index = folder / f"{digest}.entry"
+    try:
+        name = index.read_text()
+    except (FileNotFoundError, NotADirectoryError):  # no entry (or no cache folder) yet
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        problem = f"unreadable ({e})"
+    else:
+        match = re.fullmatch(rf"{digest}-([0-9a-f]{{32}})\.so", name)
+        if match is None:
+            problem = "names no library of its own"
+        else:
+            try:
+                data = (folder / name).read_bytes()
+            except OSError as e:
+                problem = f"its library is unreadable ({e.strerror or e})"
+            else:
+                if hashlib.sha256(data).hexdigest()[:32] == match[1]:
+                    return folder / name
+                problem = "its library is truncated or altered"
+                with suppress(OSError):
+                    (folder / name).unlink()
+    warnings.warn(f"xfuse C library cache: {index}: {problem}; building it again", CacheWarning,
+                  stacklevel=4)
+    return None
+
+
+def _build_into(folder: Path, digest: str, source: str, target: str, openmp: bool) -> Path:
+    """Builds into a file of this call's own, renamed into place (atomic: another thread or
+    process sees all of it or nothing); then the entry names it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{digest}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        toolchain.compile_shared(source, Path(tmp), target, openmp=openmp)
+        name = f"{digest}-{hashlib.sha256(Path(tmp).read_bytes()).hexdigest()[:32]}.so"
+        os.replace(tmp, folder / name)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{digest}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(name)
+        os.replace(tmp, folder / f"{digest}.entry")
+    finally:
+        with suppress(OSError):
+            os.unlink(tmp)
+    return folder / name
 
 
 def compile_module(module: Module) -> Executable:

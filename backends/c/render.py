@@ -16,6 +16,7 @@ Python semantics kept in C: `//` and `%` on integers round toward minus infinity
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,11 @@ INTEGERS = ("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "u
 UNARY_LIB = {"sqrt": "XF_SQRT", "floor": "XF_FLOOR", "ceil": "XF_CEIL", "rint": "XF_RINT",
              "trunc": "XF_TRUNC"}
 HEADER = Path(__file__).with_name("xfuse_kernels.h")
+
+# CPython 3.11's ast.parse keeps its recursion depth in state shared by all threads: a garbage
+# collection that runs Python code mid-parse lets another thread's parse change it, and one of
+# them fails with "SystemError: AST constructor recursion depth mismatch". One parse at a time.
+_PARSING = threading.Lock()
 
 PRELUDE = r"""
 #include <stdlib.h>
@@ -137,7 +143,8 @@ class Renderer:
 
     # ------------------------------------------------------------------ module
     def module(self, text: str, args) -> str:
-        tree = ast.parse(text)
+        with _PARSING:
+            tree = ast.parse(text)
         kernel = None
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef):

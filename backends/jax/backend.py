@@ -169,8 +169,8 @@ def resolve_device(device: jax.Device | str | None) -> jax.Device | None:
     if device is None or isinstance(device, jax.Device):
         return device
     if not isinstance(device, str):
-        raise TypeError(f"device= must be a jax.Device, a name such as 'gpu:0', or None; "
-                        f"got {type(device).__name__}")
+        raise ValueError(f"device= must be a jax.Device, a name such as 'gpu:0', or None; "
+                         f"got {type(device).__name__}")
     platform, _, index = device.partition(":")
     try:
         return jax.devices(platform)[int(index or 0)]

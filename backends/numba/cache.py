@@ -36,15 +36,13 @@ import llvmlite
 import llvmlite.binding as llvm
 import numba
 
+from xfuse.backends import CacheWarning  # shared with the C backend's cache
+
 FORMAT = 1
 _HERE = Path(__file__).resolve().parent
 # The modules whose code a kernel inlines or whose text shapes the kernel.
 _KEYED_SOURCES = ("compile.py", "scalar.py", "rows.py", "mathlib/__init__.py", "mathlib/core.py",
                   "mathlib/f32.py", "mathlib/f64.py")
-
-
-class CacheWarning(UserWarning):
-    """A cache entry could not be used (corrupted, truncated, unwritable); it is recompiled."""
 
 
 @dataclass

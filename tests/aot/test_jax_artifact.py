@@ -53,7 +53,7 @@ def test_saved_and_reloaded_in_a_fresh_process(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, equal_nan=True)
     np.testing.assert_allclose(got, np.asarray(compiled(*args)), rtol=1e-6, equal_nan=True)
     lines = out.stdout.splitlines()
-    assert lines[0] == "TypeError softmax_relu takes 3 array arguments, got 1"
+    assert lines[0] == "TypeError softmax_relu takes 3 array arguments, got 1 (its arguments: x, w, b)"
     assert lines[1].startswith("TypeError softmax_relu: argument x should be float32[8, 16], got float32[16, 32]")
 
 
