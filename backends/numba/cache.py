@@ -1,8 +1,9 @@
 """The on-disk kernel cache: a second process loads compiled kernels instead of compiling them.
 
-Each kernel gets a directory named by its key, a hash of the kernel's text, the xfuse, numba,
-llvmlite and Python versions, the host CPU's name and features, and the source of the backend
-modules the kernel calls into (so editing mathlib invalidates every kernel). In it:
+Each kernel gets a directory named by its key, a hash of the kernel's text, the values of the
+constant arrays it reads (numba compiles them into its code), the xfuse, numba, llvmlite and
+Python versions, the host CPU's name and features, and the source of the backend modules the
+kernel calls into (so editing mathlib invalidates every kernel). In it:
 
     kernel.py        the generated source, written once (numba's cache keys on its stamp)
     __pycache__/     numba's own cache files for the kernel (`cache=True`)
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,7 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 import numba
+import numpy as np
 
 from xfuse.backends import CacheWarning  # shared with the C backend's cache
 
@@ -87,8 +90,16 @@ def environment_key() -> str:
     return _environment_key
 
 
-def kernel_key(text: str) -> str:
-    return hashlib.sha256((environment_key() + "\0" + text).encode()).hexdigest()[:32]
+def kernel_key(text: str, constants: Mapping[str, np.ndarray] | None = None) -> str:
+    """The key of a kernel's entry. numba compiles the global arrays a kernel reads (constants
+    inside a fusion) into its machine code, so their values are keyed too: two kernels of one
+    text with other constants must not share an entry."""
+    h = hashlib.sha256((environment_key() + "\0" + text).encode())
+    for name, value in sorted((constants or {}).items()):
+        array = np.ascontiguousarray(value)
+        h.update(f"\0{name} {array.dtype.str} {array.shape}\0".encode())
+        h.update(array.tobytes())
+    return h.hexdigest()[:32]
 
 
 def _digest(path: Path) -> dict:
@@ -214,13 +225,13 @@ def load_module(entry: Entry, namespace: dict) -> dict:
     return module.__dict__
 
 
-def open_entry(name: str, text: str) -> Entry | None:
+def open_entry(name: str, text: str, constants: Mapping[str, np.ndarray] | None = None) -> Entry | None:
     """The cache entry for a kernel, ready to compile from, or None when caching is off or the
     directory cannot be written (with a warning)."""
     root = cache_dir()
     if root is None:
         return None
-    key = kernel_key(text)
+    key = kernel_key(text, constants)
     entry = Entry(root / "kernels" / key[:2] / key, name, text)
     try:
         entry.prepare()

@@ -65,7 +65,7 @@ def compile_kernel(source: KernelSource):
     first call: call `settle(dispatcher)` after it)."""
     text = full_text(source)
     _record_new_overloads()
-    entry = cache.open_entry(source.name, text)
+    entry = cache.open_entry(source.name, text, source.globals)
     if entry is not None:
         try:
             ns = cache.load_module(entry, namespace(source))

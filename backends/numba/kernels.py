@@ -67,11 +67,15 @@ def output_shapes(comp: Computation) -> list[Shape]:
 
 
 def reduction_space(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    for inst in comp.instructions:
-        if inst.info.kind is Kind.REDUCTION:
-            axes = (inst.attr("axis"),) if inst.op in (Op.ARGMAX, Op.ARGMIN) else inst.attr("axes")
-            return comp[inst.operands[0]].array_shape.dims, tuple(sorted(axes))
-    return None
+    """The input kernel's space: its first reduction's (lowering checks that all agree)."""
+    return next((space_of(comp, i) for i in comp.instructions if i.info.kind is Kind.REDUCTION), None)
+
+
+def space_of(comp: Computation, reduction: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(S, A) of a reduction: its operand's dims and the axes it reduces."""
+    r = reduction
+    axes = (r.attr("axis"),) if r.op in (Op.ARGMAX, Op.ARGMIN) else r.attr("axes")
+    return comp[r.operands[0]].array_shape.dims, tuple(sorted(axes))
 
 
 def flattenable(comp: Computation, dims: tuple[int, ...]) -> bool:

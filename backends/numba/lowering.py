@@ -1,8 +1,10 @@
 """A fused module to a runtime program (`xfuse.runtime.program`): plain data naming its
 kernels, whose sources `kernels.write_kernel` writes. Shared by the numba backend (which
 compiles the kernel sources with numba) and the C backend (which renders them as C). Fusions
-become kernels; dots go to BLAS; reshapes and tuple elements are views; any other instruction
-left unfused becomes a kernel of its own. Imports neither numba nor the C toolchain.
+become kernels (one that no kernel's single iteration space holds, a nested program; one with
+no outputs, just the empty tuple); dots go to BLAS; reshapes and tuple elements are views; any
+other instruction left unfused becomes a kernel of its own. Imports neither numba nor the C
+toolchain.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xfuse.hlo import Computation, Instruction, Module, Op, Shape, TupleShape
+from xfuse.hlo import Computation, Instruction, Kind, Module, Op, Shape, TupleShape
 
-from .kernels import KernelSource, flattenable, reduction_space, write_kernel
+from .kernels import KernelSource, flattenable, output_shapes, space_of, write_kernel
 from .prepare import canonical, inline_calls
 
 
@@ -55,7 +57,7 @@ def lower(module: Module, prefix: str = "") -> Lowered:
 
 def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict:
     body = inline_calls(module, comp)
-    slots: dict[str, int] = {}
+    slots: dict[str | tuple, int] = {}  # names, and (name, 0) for the array in a 1-tuple
     steps: list[dict] = []
     constants: dict[str, str] = {}
     params = []
@@ -83,12 +85,22 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict
             steps.append({"op": "dot", **common, "lhs": list(lhs.dims), "rhs": list(rhs.dims),
                           "contracting": _pairs(inst.attr("contracting")), "batch": _pairs(inst.attr("batch")),
                           "dims": dims, "dtype": dtype})
-        elif inst.op is Op.FUSION and _plumbing(module[inst.attr("calls")]):
+        elif inst.shape == TupleShape(()):
+            # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
+            # nothing here can be seen, so the step only makes the empty tuple.
+            steps.append({"op": "alias", "kind": "tuple", **common, "inputs": []})
+        elif inst.op is Op.FUSION and _plumbing(inline_calls(module, module[inst.attr("calls")])):
             called = module[inst.attr("calls")]
             inner = _lower(module, called, out, f"{prefix}{inst.name}.")
             tupled = isinstance(called.root_instruction.shape, TupleShape)
             steps.append({"op": "nested", **common, "program": inner, "tupled": tupled,
                           "label": f"nested fusion {called.name}"})
+        elif isinstance(inst.shape, TupleShape) and len(inst.shape.elements) == 1:
+            # One output in a tuple: the runtime packs a kernel's outputs into a tuple only when
+            # there are several, so the kernel writes a slot of its own and a step wraps it.
+            array = slots[(inst.name, 0)] = len(slots)
+            steps.append(_kernel_step(module, body, inst, {**common, "outputs": [array]}, out, prefix))
+            steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
         else:
             steps.append(_kernel_step(module, body, inst, common, out, prefix))
     return {
@@ -142,29 +154,84 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
 
 
 def _plumbing(body: Computation) -> bool:
-    """A fusion no single kernel can hold (tuples passed around inside it, or a loop fusion
-    whose outputs differ in shape): it runs as a nested program, each op on its own. The
-    fusion pass makes none of these; hand-written or generated modules may."""
+    """A fusion no single kernel can hold (tuples passed around inside it, or members outside
+    the one iteration space a kernel has): it runs as a nested program, each op on its own.
+    The fusion pass makes none of these; hand-written or generated modules may."""
     root = body.root_instruction
     if any(isinstance(i.shape, TupleShape) for i in body.instructions if i is not root):
         return True
-    if not isinstance(root.shape, TupleShape):
-        return False
-    if root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements):
+    if isinstance(root.shape, TupleShape) and (
+            root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements)):
         return True
-    # A loop kernel writes every output at one index: outputs of other shapes cannot share it;
-    # an input kernel writes its outputs over its whole space or once per row.
-    dims = {e.dims for e in root.shape.elements}
-    space = reduction_space(body)
-    if space is None:
-        return len(dims) > 1
-    full, axes = space
+    return not _one_space(body)
+
+
+def _one_space(body: Computation) -> bool:
+    """Whether `body` fits the kernel writer's one iteration space (S, A), which it takes from
+    the first reduction, the dot or the first output. The rules the fusion pass keeps
+    (`xfuse.fusion.space.check_group`, not imported here): at most one dot, reading
+    parameters (BLAS takes them as they are); every reduction over the same (S, A), S the
+    dot's result and A among its column axes when there are both; every output on S, on
+    K = S without A or on K with unit dims (a loop kernel writes them all at one index); values
+    computed from a reduction or the dot kept in their row (the kernel holds one row of them)."""
+    dots = [i for i in body.instructions if i.op is Op.DOT_GENERAL]
+    reductions = [i for i in body.instructions if i.info.kind is Kind.REDUCTION]
+    spaces = {space_of(body, r) for r in reductions}
+    outputs = {s.dims for s in output_shapes(body)}
+    if len(dots) > 1 or len(spaces) > 1:
+        return False
+    if not dots and not spaces:
+        return len(outputs) <= 1
+    if dots and any(body[o].op is not Op.PARAMETER for o in dots[0].operands):
+        return False
+    full, axes = spaces.pop() if spaces else (dots[0].array_shape.dims, ())
+    if dots and (dots[0].array_shape.dims != full or not set(axes) <= _column_axes(body, dots[0])):
+        return False
     kept = tuple(d for i, d in enumerate(full) if i not in axes)
     units = tuple(1 if i in axes else d for i, d in enumerate(full))
-    return not dims <= {tuple(full), kept, units}
+    row = {full, kept, units}
+    if not outputs <= row:
+        return False
+    reached = {i.name for i in dots + reductions}
+    for inst in body.instructions:
+        if inst.name not in reached and not reached.intersection(inst.operands):
+            continue
+        reached.add(inst.name)
+        if inst.op in (Op.DOT_GENERAL, Op.TUPLE) or inst.info.kind is Kind.REDUCTION:
+            continue
+        dims = inst.array_shape.dims
+        if dims not in row:
+            return False
+        if inst.op is Op.BROADCAST_IN_DIM:
+            source = body[inst.operands[0]].array_shape.dims
+            if not _row_broadcast(source, dims, tuple(inst.attr("dims")), full, axes, row):
+                return False
+        elif inst.info.kind is not Kind.ELEMENTWISE and inst.op is not Op.RESHAPE:
+            return False
+    return True
 
 
-def _results(comp: Computation, slots: dict[str, int]) -> list[int]:
+def _column_axes(body: Computation, dot: Instruction) -> set[int]:
+    """The axes of a dot's result that come from the rhs free dimensions."""
+    rhs = body[dot.operands[1]].array_shape
+    (_, contracting), (_, batch) = dot.attr("contracting"), dot.attr("batch")
+    free = rhs.rank - len(contracting) - len(batch)
+    return set(range(dot.array_shape.rank - free, dot.array_shape.rank))
+
+
+def _row_broadcast(source, target, dims, full, axes, row) -> bool:
+    """A broadcast within a row: from K (or K with unit dims) to S along the kept axes, or
+    between row shapes."""
+    if target != full:
+        return source == target or source in row
+    if source == tuple(d for i, d in enumerate(full) if i not in axes):
+        return dims == tuple(i for i in range(len(full)) if i not in axes)
+    if source == tuple(1 if i in axes else d for i, d in enumerate(full)):
+        return dims == tuple(range(len(full)))
+    return False
+
+
+def _results(comp: Computation, slots: dict) -> list[int]:
     root = comp.root_instruction
     if root.op is Op.TUPLE:
         return [slots[o] for o in root.operands]

@@ -1,7 +1,7 @@
 """The on-disk kernel cache, across real processes: a second process loads instead of compiling;
 truncated, altered or foreign entries give a CacheWarning and a recompile with right results;
 the cache can be turned off or pointed at an unusable place; two processes compiling the same
-kernels at once both succeed."""
+kernels at once both succeed; kernels of one text with other constants do not share an entry."""
 
 from __future__ import annotations
 
@@ -201,3 +201,34 @@ def test_overloads_for_other_layouts_are_recorded_for_the_next_process(tmp_path)
     first, second = outcomes
     assert (first["misses"], first["rejected"]) == (1, 0)
     assert (second["hits"], second["misses"], second["rejected"], second["warnings"]) == (1, 0, 0, [])
+
+
+CONSTANT_IN_A_FUSION = """
+HloModule constant_in_a_fusion
+
+fused (p0: f32[3]) -> f32[3] {{
+  p0 = f32[3] parameter(0)
+  constant.0 = f32[3] constant({{1, 2, {last}}})
+  ROOT add.1 = f32[3] add(p0, constant.0)
+}}
+
+ENTRY main (x: f32[3]) -> f32[3] {{
+  x = f32[3] parameter(0)
+  ROOT fusion.0 = f32[3] fusion(x), kind=loop, calls=fused
+}}
+"""
+
+
+def test_kernels_of_one_text_with_other_constants_get_entries_of_their_own(tmp_path, monkeypatch):
+    """A constant inside a fusion is a global array, which numba compiles into the kernel's
+    code: keyed by the text alone, the second module loaded the first one's entry and added
+    the first one's constant (in this process and every later one)."""
+    from xfuse.backends.numba import compile_module
+    from xfuse.hlo import parse
+
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
+    x = np.zeros(3, np.float32)
+    for last in (3, 4, 3):
+        got = compile_module(parse(CONSTANT_IN_A_FUSION.format(last=last)))([x])[0]
+        np.testing.assert_array_equal(got, [1, 2, last])
+    assert len(entries(tmp_path)) == 2

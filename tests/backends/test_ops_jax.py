@@ -24,6 +24,7 @@ import jax
 import numpy as np
 import pytest
 
+import xfuse
 from tests.backends.test_ops_numba import CASES, check_trial, chosen_trials, module_of, run_on
 from tests.hlo.test_ops_vs_jax import SPECS, Trial
 from xfuse.backends.jax import compile_module, emit
@@ -141,3 +142,17 @@ def test_kernel_source_names_instructions_and_source_lines() -> None:
     assert set(executable.kernel_sources) == {"neg.0", "exp.1"}
     assert "lax.exp(neg_0)" in executable.kernel_sources["exp.1"]
     assert "neg_0 = jit_kernel_neg_0(x)" in executable.driver_source
+
+
+@pytest.mark.parametrize("mode", ["fusions", "module"])
+def test_min_and_max_reductions_propagate_nan_where_xla_cpu_drops_it(mode) -> None:
+    """XLA:CPU reduces a matrix's columns in blocks of rows and can lose a block holding a NaN
+    (jnp.min gives -9.46 here, neither NaN nor the column's -65504); the backend must not."""
+    column = np.full(32, 3.0, np.float32)
+    column[[1, 16, 24]] = [-9.46, np.nan, -65504.0]
+    x = np.ones((32, 130), np.float32)
+    x[:, 8] = column
+    for fn in (lambda a: a.min(axis=0), lambda a: a.max(axis=0), lambda a: -a.min(axis=0)):
+        got = np.asarray(xfuse.jit(fn, backend="jax", backend_options={"mode": mode})(x))
+        want = np.where(np.isnan(x).any(axis=0), np.nan, np.asarray(fn(x.astype(np.float64)), np.float32))
+        np.testing.assert_array_equal(got, want)

@@ -1,8 +1,10 @@
 """Modules the fusion pass never makes but a hand-written or generated module may hold, on the
-numba backend against the reference interpreter (each once found by random modules): a loop
-fusion whose outputs differ in shape (it once wrote past the smaller output), calls, names that
-are not Python identifiers, tuples inside a fusion, zero-size values, a scalar-times-vector dot,
-a concatenation of empty operands."""
+numba and C backends against the reference interpreter (each once found by random modules): a
+loop fusion whose outputs differ in shape (it once wrote past the smaller output), calls, names
+that are not Python identifiers, tuples inside a fusion, zero-size values, a scalar-times-vector
+dot, a concatenation of empty operands, a fusion with no outputs or with one in a tuple, and
+fusions outside one kernel's iteration space (two reduction spaces, two dots, a dot of a
+computed value, a reduction or a dot read at another row), which run as nested programs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xfuse.backends.c.backend import compile_modules as compile_c_modules
 from xfuse.backends.numba import compile_module
 from xfuse.hlo import interpret, parse, verify
 
@@ -179,6 +182,132 @@ ENTRY main (x: pred[0], y: pred[0]) -> pred[0] {
   ROOT fusion.0 = pred[0] fusion(x, y), kind=loop, calls=fused
 }
 """,
+    # A fusion with no outputs (its root `tuple()`): the kernel writer took its loop from the
+    # first output (IndexError); it now makes the empty tuple and runs no kernel.
+    "a_fusion_with_no_outputs": """
+HloModule no_outputs
+
+fused (p0: s8[], p1: s8[]) -> () {
+  p0 = s8[] parameter(0)
+  p1 = s8[] parameter(1)
+  ROOT tuple.0 = () tuple()
+}
+
+ENTRY main (x: s8[]) -> () {
+  x = s8[] parameter(0)
+  ROOT fusion.0 = () fusion(x, x), kind=loop, calls=fused
+}
+""",
+    # One output in a tuple: the runtime makes a kernel's outputs a tuple when it has several,
+    # so this fusion's value was the bare array, and its element 0 the array's first element.
+    "a_one_element_tuple_from_a_fusion": """
+HloModule one_element_tuple
+
+fused (p0: f32[3]) -> (f32[3]) {
+  p0 = f32[3] parameter(0)
+  neg.0 = f32[3] neg(p0)
+  ROOT tuple.1 = (f32[3]) tuple(neg.0)
+}
+
+ENTRY main (x: f32[3]) -> f32[3] {
+  x = f32[3] parameter(0)
+  fusion.0 = (f32[3]) fusion(x), kind=loop, calls=fused
+  ROOT get_tuple_element.1 = f32[3] get_tuple_element(fusion.0), index=0
+}
+""",
+    # The same mistake, a kernel's space taken from its first member, with reductions: the
+    # input kernel reduced both over the first's axes (a wrong result); a fusion that does not
+    # fit one space now runs as a nested program.
+    "reductions_over_two_spaces": """
+HloModule two_spaces
+
+fused (p0: s32[3,4]) -> s32[3] {
+  p0 = s32[3,4] parameter(0)
+  reduce_sum.0 = s32[3] reduce_sum(p0), axes={1}
+  reduce_max.1 = s32[] reduce_max(p0), axes={0,1}
+  broadcast_in_dim.2 = s32[3] broadcast_in_dim(reduce_max.1), dims={}
+  ROOT add.3 = s32[3] add(reduce_sum.0, broadcast_in_dim.2)
+}
+
+ENTRY main (x: s32[3,4]) -> s32[3] {
+  x = s32[3,4] parameter(0)
+  ROOT fusion.0 = s32[3] fusion(x), kind=input, calls=fused
+}
+""",
+    # ... and with dots: the kernel took the first to BLAS and could not emit the second.
+    "two_dots_in_one_fusion": """
+HloModule two_dots
+
+fused (p0: s32[2,3], p1: s32[3,2], p2: s32[2,2]) -> s32[2,2] {
+  p0 = s32[2,3] parameter(0)
+  p1 = s32[3,2] parameter(1)
+  p2 = s32[2,2] parameter(2)
+  dot_general.0 = s32[2,2] dot_general(p0, p1), contracting={1;0}
+  dot_general.1 = s32[2,2] dot_general(p2, p2), contracting={1;0}
+  ROOT add.2 = s32[2,2] add(dot_general.0, dot_general.1)
+}
+
+ENTRY main (x: s32[2,3], y: s32[3,2], z: s32[2,2]) -> s32[2,2] {
+  x = s32[2,3] parameter(0)
+  y = s32[3,2] parameter(1)
+  z = s32[2,2] parameter(2)
+  ROOT fusion.0 = s32[2,2] fusion(x, y, z), kind=output, calls=fused
+}
+""",
+    # A dot whose operand is computed in the fusion (random modules: a constant's broadcast):
+    # BLAS takes parameters only, and lowering found no parameter for it (ValueError).
+    "a_dot_of_a_value_computed_in_the_fusion": """
+HloModule dot_of_computed
+
+fused (p0: s32[2,3], p1: s32[3,2]) -> s32[2,2] {
+  p0 = s32[2,3] parameter(0)
+  p1 = s32[3,2] parameter(1)
+  neg.0 = s32[2,3] neg(p0)
+  dot_general.1 = s32[2,2] dot_general(neg.0, p1), contracting={1;0}
+  ROOT mul.2 = s32[2,2] mul(dot_general.1, dot_general.1)
+}
+
+ENTRY main (x: s32[2,3], y: s32[3,2]) -> s32[2,2] {
+  x = s32[2,3] parameter(0)
+  y = s32[3,2] parameter(1)
+  ROOT fusion.0 = s32[2,2] fusion(x, y), kind=output, calls=fused
+}
+""",
+    # A reduction's result read at another row (the kernel holds only the current row's sum):
+    # reversed, every row got its own sum back (a wrong result).
+    "a_reduction_read_across_rows": """
+HloModule across_rows
+
+fused (p0: f32[3,4]) -> f32[3] {
+  p0 = f32[3,4] parameter(0)
+  reduce_sum.0 = f32[3] reduce_sum(p0), axes={1}
+  ROOT rev.1 = f32[3] rev(reduce_sum.0), dimensions={0}
+}
+
+ENTRY main (x: f32[3,4]) -> f32[3] {
+  x = f32[3,4] parameter(0)
+  ROOT fusion.0 = f32[3] fusion(x), kind=input, calls=fused
+}
+""",
+    # ... and a dot's: the epilogue transposes it, but past BLOCK_BYTES (16 MiB) the dot comes
+    # a block of rows at a time, and the transpose read rows outside the block (garbage, or a
+    # crash).
+    "a_dot_read_across_rows": """
+HloModule transposed_dot
+
+fused (p0: f32[1025,1], p1: f32[1,4096]) -> f32[4096,1025] {
+  p0 = f32[1025,1] parameter(0)
+  p1 = f32[1,4096] parameter(1)
+  dot_general.0 = f32[1025,4096] dot_general(p0, p1), contracting={1;0}
+  ROOT transpose.1 = f32[4096,1025] transpose(dot_general.0), permutation={1,0}
+}
+
+ENTRY main (x: f32[1025,1], y: f32[1,4096]) -> f32[4096,1025] {
+  x = f32[1025,1] parameter(0)
+  y = f32[1,4096] parameter(1)
+  ROOT fusion.0 = f32[4096,1025] fusion(x, y), kind=output, calls=fused
+}
+""",
 }
 
 
@@ -186,11 +315,26 @@ ENTRY main (x: pred[0], y: pred[0]) -> pred[0] {
 def test_numba_matches_the_interpreter(name):
     module = parse(MODULES[name])
     verify(module)
+    check_against_the_interpreter(module, compile_module(module))
+
+
+def test_c_matches_the_interpreter():
+    """The same modules on the C backend, which lowers them as the numba backend does (its
+    kernels rendered as C); all compiled into one library, one compiler run."""
+    modules = [parse(text) for text in MODULES.values()]
+    for name, module, executable in zip(MODULES, modules, compile_c_modules(modules)):
+        try:
+            check_against_the_interpreter(module, executable)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from e
+
+
+def check_against_the_interpreter(module, executable) -> None:
     rng = np.random.default_rng(3)
     args = [(rng.standard_normal(p.shape.dims) * 50).astype(p.shape.dtype.numpy)
             for p in module.entry_computation.parameters]
     want = interpret(module, *args)
-    got = compile_module(module)([a.copy() for a in args])
+    got = executable([a.copy() for a in args])
     wants = list(want) if isinstance(want, tuple) else [want]
     if len(got) == 1 and isinstance(got[0], tuple):  # a root that is a tuple-valued fusion
         got = list(got[0])
