@@ -18,7 +18,7 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from xfuse.backends import CacheWarning
+from xfuse.backends import CacheWarning, cache_root
 from xfuse.hlo import Module
 from xfuse.runtime import Executable
 from xfuse.runtime.native import kernels as library_kernels
@@ -54,11 +54,8 @@ def c_source(*lowered: Lowered) -> str:
 
 
 def cache_dir() -> Path | None:
-    setting = os.environ.get("XFUSE_CACHE_DIR", "")
-    if setting.lower() == "off":
-        return None
-    base = Path(setting) if setting else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "xfuse"
-    return base / "c"
+    root = cache_root()
+    return None if root is None else root / "c"
 
 
 def build_library(source: str, target: str = "native", *, openmp: bool = False) -> Path:

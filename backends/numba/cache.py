@@ -39,7 +39,7 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 
-from xfuse.backends import CacheWarning  # shared with the C backend's cache
+from xfuse.backends import CacheWarning, cache_root  # shared with the C backend's cache
 
 FORMAT = 1
 _HERE = Path(__file__).resolve().parent
@@ -66,11 +66,7 @@ _environment_key: str | None = None
 
 def cache_dir() -> Path | None:
     """Where kernels are cached, or None when caching is off."""
-    env = os.environ.get("XFUSE_CACHE_DIR")
-    if env is not None:
-        return None if env.strip().lower() in ("", "off", "0", "none") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xfuse"
+    return cache_root()
 
 
 def environment_key() -> str:
