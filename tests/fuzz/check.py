@@ -63,7 +63,7 @@ def mismatches(
             except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
                 problems.append(f"{name} raised {type(e).__name__}: {e}")
                 continue
-            if name == "jax.jit":
+            if name == "jax.jit" or name.startswith("xfuse[jax"):  # XLA's kernels, as jax.jit
                 held = [i for i, b in enumerate(bounds) if not b.xla_departs]
                 problems += describe(name, [got[i] for i in held] if len(got) == len(want) else got,
                                      [want[i] for i in held], [bounds[i] for i in held])
