@@ -195,6 +195,8 @@ def _elementwise(step: Step, values, bounds, y) -> Bound:
             return finish(y, es[0] + es[1], wild, pairs, "basic")
         if rule == "mul":
             err = es[0] * np.abs(xs[1]) + es[1] * np.abs(xs[0]) + es[0] * es[1]
+            zero = [(e > 0) & (np.abs(x) <= e) for x, e in zip(xs, es)]  # 0 * inf is NaN
+            wild = wild | (zero[0] & np.isinf(xs[1])) | (zero[1] & np.isinf(xs[0]))
             return finish(y, err, wild, pairs, "basic")
         if rule in ("div", "recip"):
             (a, ea), (b, eb) = ((1.0, 0.0), (xs[0], es[0])) if rule == "recip" else zip(xs, es)
