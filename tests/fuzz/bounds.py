@@ -323,7 +323,7 @@ def _reduction(step: Step, values, bounds, y) -> Bound:
             err = _reduced(b.err, axes, keep, np.max) if n else 0.0
             zero = x == 0
             both = _reduced(zero & np.signbit(x), axes, keep, np.any) & _reduced(zero & ~np.signbit(x), axes, keep, np.any)
-            err = np.where(both & (wide(out) == 0), float(finfo(out.dtype).smallest_subnormal), err)
+            err = np.where(both & (wide(out) == 0), np.maximum(err, float(finfo(out.dtype).smallest_subnormal)), err)
             return finish(out, err, wild, [], None)
     raise AssertionError(step.rule)
 
@@ -430,8 +430,8 @@ def _documented(step: Step, operands: dict, y):
     and more (a float32[33, 130] min over axis 0 whose column holds two NaNs and -65504 gave
     -9.46, over the whole column NaN). lax.reduce_min documents NaN propagation, so these steps
     are computed by numpy in float64, exactly, and rounded back (min and max are exact)."""
-    if step.rule == "monotone" and is_float(y.dtype):
-        return _accurate(step, operands, y)
+    if step.rule == "monotone" and str(y.dtype) == "float64" and step.params[0] != "exp2":
+        return _accurate(step, operands, y)  # (jax defines exp2 as exp(log(2) * x))
     if step.rule != "reduce_maxmin" or not is_float(y.dtype):
         return y
     (x,) = operands.values()
