@@ -993,6 +993,11 @@ def closure_over_numpy(x):
     return jnp.tanh(x @ _WEIGHT + _BIAS), jnp.asarray(_TABLE[::2]) * 2, x * np.float32(0.5)
 
 
+# Control flow (lax.cond, switch, while_loop, fori_loop, scan) and data ops (cumulative ops,
+# sort, top_k, gather, scatter) register their cases from their own modules.
+from tests.frontend import corpus_control, corpus_data  # noqa: E402,F401
+
+
 # ---------------------------------------------------------------------------- running
 def _rng(name: str, kind: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(f"{name}/{kind}".encode()))
