@@ -7,11 +7,17 @@ fewer steps, and simpler inputs) and saved under `--save` (by default tests/regr
 every file tests/test_regressions.py runs from then on); the run goes on with the next seed.
 Prints a summary line `programs N, executions E, mismatches M` and exits 1 if M > 0.
 The CI slice (tests/fuzz/test_fuzz.py) runs this same command in two shards.
+
+Compiled programs are never freed in full (a loaded C library stays mapped, XLA keeps its
+executables), so a run of more than `--chunk` programs runs each chunk of them in a fresh
+process, with a progress line after each.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -66,6 +72,36 @@ def run(n: int, seed: int, backends: tuple[str, ...], save: Path | None, max_ste
     return totals["mismatches"]
 
 
+def run_chunked(n: int, seed: int, chunk: int, argv: list[str], out=sys.stdout) -> int:
+    """`n` programs as chunks of `chunk`, each chunk in a fresh process of this command."""
+    totals = [0, 0, 0]
+    start = time.perf_counter()
+    done, chunk_seed = 0, seed
+    while done < n:
+        size = min(chunk, n - done)
+        command = [sys.executable, "-m", "tests.fuzz", "--n", str(size), "--seed", str(chunk_seed),
+                   "--chunk", str(size), *argv]
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        lines = result.stdout.strip().splitlines()
+        summary = lines[-1] if lines else ""
+        if not summary.startswith("programs "):
+            print(result.stdout[-5000:], file=out)
+            print(f"chunk with seed {chunk_seed} ended without a summary (exit {result.returncode})", file=out)
+            return max(totals[2], 1)
+        if len(lines) > 1:  # the chunk's mismatch reports
+            print("\n".join(lines[:-1]), file=out)
+        counts = [int(part.split()[1]) for part in summary.split(", ")[:3]]
+        totals = [t + c for t, c in zip(totals, counts)]
+        done += counts[0]
+        chunk_seed += (size + 99) // 100  # the seeds the chunk used
+        print(f"# {done} of {n} programs, {totals[2]} mismatches, {time.perf_counter() - start:.0f} s",
+              file=out, flush=True)
+    print(f"programs {totals[0]}, executions {totals[1]}, mismatches {totals[2]}, "
+          f"{time.perf_counter() - start:.0f} s", file=out, flush=True)
+    return totals[2]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=10000, help="programs to run")
@@ -74,8 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=8)
     parser.add_argument("--save", type=Path, default=REGRESSIONS, help="where failing cases go")
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--chunk", type=int, default=500, help="programs per fresh process")
     args = parser.parse_args(argv)
     backends = tuple(b for b in args.backends.split(",") if b)
+    if args.n > args.chunk:
+        passed = ["--backends", args.backends, "--max-steps", str(args.max_steps)]
+        passed += ["--no-save"] if args.no_save else ["--save", str(args.save)]
+        found = run_chunked(args.n, args.seed, args.chunk, passed)
+        return 1 if found else 0
     found = run(args.n, args.seed, backends, None if args.no_save else args.save, args.max_steps)
     return 1 if found else 0
 
