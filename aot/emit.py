@@ -4,8 +4,9 @@ runs the program's steps (the header documents the API). Temporaries live in one
 call laid out by the runtime's planner (no state: calls may run at once); kernels are the C
 backend's, made static; kernel rows and GEMM tiles are split across OpenMP threads; every dot
 is a register-tiled C GEMM generated from `runtime.program.dot_plan` (the dot of an output
-fusion computed whole before its epilogue, not in row blocks). f16/bf16 and complex values and
-nested programs are refused with a ValueError naming the step, before anything is written.
+fusion computed whole before its epilogue, not in row blocks). f16/bf16 and complex values,
+nested programs and control flow (while, conditional) are refused with a ValueError naming the
+step, before anything is written.
 Imports numpy, the C backend and the numba backend's lowering; jax only for result names.
 """
 
@@ -202,6 +203,13 @@ class _Entry:
             elif op == "nested":
                 raise ValueError(f"{what} ({step.get('label', 'a nested fusion')}) runs as a nested "
                                  "program of its own; the C entry has no nested programs")
+            elif op in ("while", "conditional"):
+                raise ValueError(f"{what} ({step['label']}) is control flow, which the runtime runs; "
+                                 "the C entry has no loops or branches (save the function as an "
+                                 "artifact with compiled.save instead)")
+            elif op == "library":
+                raise ValueError(f"{what} ({step['label']}) is a numpy library call; the C entry has "
+                                 "no library calls (run the artifact with xfuse.aot.load instead)")
             else:
                 raise ValueError(f"{what}: unknown step kind {op!r}")
             if isinstance(out, list):

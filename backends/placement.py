@@ -257,10 +257,10 @@ def _called(module: Module, instructions: Sequence[Instruction]) -> set[str]:
     stack = [i for i in instructions]
     while stack:
         inst = stack.pop()
-        for key, value in inst.attrs:
-            if isinstance(value, str) and value in module and value not in found:
-                found.add(value)
-                stack.extend(module[value].instructions)
+        for name in inst.callees:
+            if name in module and name not in found:
+                found.add(name)
+                stack.extend(module[name].instructions)
     return found
 
 

@@ -82,6 +82,11 @@ class Capabilities:
             return None
         if self.ops is not None and inst.op.value not in self.ops:
             return f"it has no {inst.op.value} op"
+        for callee in inst.callees:  # a loop's body, a conditional's branches run here too
+            for member in _members(module, module[callee]):
+                reason = self.refusal(module, member)
+                if reason is not None:
+                    return f"{reason} ({member.name}, inside {inst.name})"
         return None
 
 
@@ -91,8 +96,8 @@ def _array_shapes(shape) -> list:
 
 def _members(module: Module, comp: Computation) -> Iterable[Instruction]:
     for inst in comp.instructions:
-        if inst.op in (Op.FUSION, Op.CALL):
-            yield from _members(module, module[inst.attr("calls")])
+        for callee in inst.callees:
+            yield from _members(module, module[callee])
         yield inst
 
 

@@ -103,6 +103,18 @@ def jax_tiny(x):
     return x + 1.0
 
 
+def jax_rnn_scan(xs, wx, wh, b):
+    import jax
+    import jax.numpy as jnp
+
+    def cell(h, x):
+        h = jnp.tanh(x @ wx + h @ wh + b)
+        return h, h
+
+    h0 = jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype)
+    return jax.lax.scan(cell, h0, xs)[1]
+
+
 # --------------------------------------------------------------------------- NumPy versions
 # Written as a careful NumPy user would: in place where that saves a pass over memory. They
 # also serve as the float64 reference (called on float64 copies of the inputs).
@@ -177,6 +189,17 @@ def np_chain(x):
 
 def np_tiny(x):
     return x + 1.0
+
+
+def np_rnn_scan(xs, wx, wh, b):
+    hs = np.empty((xs.shape[0], xs.shape[1], wh.shape[1]), xs.dtype)
+    h = np.zeros((xs.shape[1], wh.shape[1]), xs.dtype)
+    for t in range(xs.shape[0]):
+        h = np.matmul(xs[t], wx)
+        h += np.matmul(hs[t - 1], wh) if t else 0.0
+        h += b
+        hs[t] = np.tanh(h, out=h)
+    return hs
 
 
 # --------------------------------------------------------------------------- numexpr versions
@@ -304,6 +327,16 @@ WORKLOADS: tuple[Workload, ...] = (
     ),
     _chain(16),
     _chain(24),
+    Workload(
+        name="rnn_scan_128x16x256",
+        description="h = tanh(x_t @ wx + h @ wh + b) scanned over 128 steps, batch 16, hidden 256",
+        shapes=((128, 16, 256), (256, 256), (256, 256), (256,)),
+        out_shape=(128, 16, 256),
+        jax_fn=jax_rnn_scan,
+        numpy_fn=np_rnn_scan,
+        flops=2 * 2 * 128 * 16 * 256 * 256,
+        scales=(1.0, 0.5 / 16.0, 0.5 / 16.0, 0.1),
+    ),
     Workload(
         name="tiny_add_4",
         description="x + 1 on 4 floats: the per-call overhead",

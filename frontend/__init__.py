@@ -11,7 +11,9 @@ import jax
 
 from xfuse.hlo import Module
 
+from . import control  # noqa: F401  (registers cond, while and scan in RULES)
 from .rules import RULES, supported_primitives
+from . import indexing  # noqa: F401,E402  (registers the data-op rules into RULES)
 from .translate import FrontendError, UnsupportedPrimitiveError, jaxpr_to_module
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from jax._src import source_info_util
 from jax.extend import core as jcore
 
-from xfuse.hlo import Builder, DType, Instruction, Loc, Module, Op, Shape
+from xfuse.hlo import Builder, Computation, DType, Instruction, Loc, Module, Op, Shape
 
 
 class FrontendError(Exception):
@@ -76,6 +76,7 @@ class Context:
         self.loc: Loc | None = None
         self.out_shapes: list[Shape] = []
         self.primitive = ""
+        self.called: list[Computation] = []  # loop bodies, branches: shared with nested contexts
 
     # ------------------------------------------------------------------ helpers for rules
     @property
@@ -176,4 +177,4 @@ def jaxpr_to_module(
     ctx = Context(builder, rules)
     outputs = ctx.inline(closed_jaxpr.jaxpr, closed_jaxpr.consts, params)
     root = outputs[0] if len(outputs) == 1 else builder.emit(Op.TUPLE, *outputs)
-    return Module.of(builder.build(root), name=name)
+    return Module.of(builder.build(root), *ctx.called, name=name)

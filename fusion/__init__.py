@@ -11,6 +11,7 @@ from .cost import DEFAULT_MACHINE, Machine
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fuse import Fuse, kernel_count
+from .licm import LoopInvariantCodeMotion
 from .pipeline import (
     DEFAULT_PIPELINE,
     REGISTRY,
@@ -33,6 +34,7 @@ __all__ = [
     "DecisionInfo",
     "Fuse",
     "FusionReport",
+    "LoopInvariantCodeMotion",
     "Machine",
     "PassError",
     "PassRecord",

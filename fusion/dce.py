@@ -52,7 +52,7 @@ class DeadCodeElimination:
                 continue
             comp = remove_dead_instructions(module[name])
             cleaned[name] = comp
-            pending.extend(i.called for i in comp.instructions if i.called is not None)
+            pending.extend(name for i in comp.instructions for name in i.callees)
         kept = tuple(cleaned[c.name] for c in module.computations if c.name in cleaned)
         unchanged = len(kept) == len(module.computations) and all(
             new is old for new, old in zip(kept, module.computations)

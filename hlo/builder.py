@@ -146,6 +146,8 @@ class Builder:
                     raise BuilderError(f"{described}: {spec.name} needs (lhs, rhs) dimensions")
             elif spec.kind is AttrKind.INT:
                 value = int(value)
+            elif spec.kind is AttrKind.NAMES:
+                value = (value,) if isinstance(value, str) else tuple(value)
             elif spec.kind is AttrKind.ENUM and value not in spec.choices:
                 raise BuilderError(f"{described}: {spec.name} must be one of {spec.choices}")
             values[spec.name] = value

@@ -44,6 +44,10 @@ def evaluate(module: Module, comp: Computation, args: Sequence[object]) -> objec
                 result = args[params[inst.name]]
             elif inst.op in (Op.FUSION, Op.CALL):
                 result = evaluate(module, module[inst.attr("calls")], operands)
+            elif inst.op is Op.WHILE:
+                result = run_while(module, inst.attr("condition"), inst.attr("body"), operands)
+            elif inst.op is Op.CONDITIONAL:
+                result = run_conditional(module, inst.attr("branches"), operands)
             else:
                 with np.errstate(all="ignore"):
                     result = inst.info.ref(operands, inst.attributes, inst.shape)
@@ -60,6 +64,23 @@ def evaluate(module: Module, comp: Computation, args: Sequence[object]) -> objec
             ) from e
         values[inst.name] = result
     return values[comp.root]
+
+
+def run_while(module: Module, condition: str, body: str, state: Sequence[object]) -> tuple:
+    """The state once `condition` is false, `body` applied to it until then."""
+    cond, step = module[condition], module[body]
+    state = tuple(state)
+    while bool(np.asarray(evaluate(module, cond, state))):
+        state = tuple(evaluate(module, step, state))
+    return state
+
+
+def run_conditional(module: Module, branches: Sequence[str], operands: Sequence[object]) -> object:
+    """Branch `operands[0]` (the last one when out of range) applied to the other operands."""
+    index = int(np.asarray(operands[0]))
+    if not 0 <= index < len(branches):
+        index = len(branches) - 1
+    return evaluate(module, module[branches[index]], list(operands[1:]))
 
 
 def interpret(module: Module, *args: object) -> object:

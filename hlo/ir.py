@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .dtypes import AnyShape, Shape
-from .ops import Op, OpInfo
+from .ops import AttrKind, Op, OpInfo
 
 _LOC_RE = re.compile(
     r"(?P<file>.*):(?P<line>-?\d+)(?: \((?P<function>.*)\))?", re.DOTALL | re.ASCII
@@ -80,6 +80,22 @@ class Instruction:
     def called(self) -> str | None:
         """The name of the computation a fusion or call invokes, else None."""
         return self.attr("calls") if self.op in (Op.FUSION, Op.CALL) else None
+
+    @property
+    def callees(self) -> tuple[str, ...]:
+        """Every computation this instruction invokes, in attribute order: a fusion's or call's
+        body, a while's condition and body, a conditional's branches."""
+        specs = self.op.info.attr_index
+        names: list[str] = []
+        for key, value in self.attrs:
+            spec = specs.get(key)
+            if spec is None:
+                continue
+            if spec.kind is AttrKind.NAME and isinstance(value, str):
+                names.append(value)
+            elif spec.kind is AttrKind.NAMES and isinstance(value, tuple):
+                names.extend(v for v in value if isinstance(v, str))
+        return tuple(names)
 
     def replace(self, **changes: object) -> Instruction:
         fields = {
@@ -205,8 +221,31 @@ class Module:
 
     @staticmethod
     def of(entry: Computation, *called: Computation, name: str | None = None) -> Module:
-        """A module with `entry` and the computations it calls (callees listed first)."""
-        return Module(name or entry.name, (*called, entry), entry.name)
+        """A module with `entry` and the computations it calls, callees before their callers."""
+        return Module(name or entry.name, (*callees_first(called), entry), entry.name)
+
+
+def callees_first(computations: Sequence[Computation]) -> list[Computation]:
+    """`computations` reordered so each comes after those among them it calls (otherwise in
+    the order given; a call cycle, which the verifier rejects, keeps its given order)."""
+    by_name = {c.name: c for c in computations}
+    order: list[Computation] = []
+    state: dict[str, int] = {}  # 1: being visited, 2: placed
+
+    def visit(comp: Computation) -> None:
+        if state.get(comp.name):
+            return
+        state[comp.name] = 1
+        for inst in comp.instructions:
+            for name in inst.callees:
+                if name in by_name:
+                    visit(by_name[name])
+        state[comp.name] = 2
+        order.append(comp)
+
+    for comp in computations:
+        visit(comp)
+    return order
 
 
 def fresh_name(base: str, taken: set[str]) -> str:

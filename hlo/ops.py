@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import reference as R
+from . import reference_data as RD
 from . import shape_rules as S
+from . import shape_rules_data as SD
 from .dtypes import DType
 
 
@@ -38,6 +40,7 @@ class AttrKind(enum.Enum):
     INTS_PAIR = "ints_pair"  # {1;0}: two int lists (lhs;rhs)
     ENUM = "enum"  # a word from `choices`
     NAME = "name"  # a computation's name
+    NAMES = "names"  # {branch0,branch1}: computation names, in order
     LITERAL = "literal"  # a constant's value
 
 
@@ -136,6 +139,18 @@ class Op(enum.Enum):
     FUSION = "fusion"
     CALL = "call"
     OPTIMIZATION_BARRIER = "optimization_barrier"
+    # control flow
+    WHILE = "while"
+    CONDITIONAL = "conditional"
+    # data ops: scans, sorting, indexing
+    CUMSUM = "cumsum"
+    CUMPROD = "cumprod"
+    CUMMAX = "cummax"
+    CUMMIN = "cummin"
+    SORT = "sort"
+    TOP_K = "top_k"
+    GATHER = "gather"
+    SCATTER = "scatter"
 
     def __str__(self) -> str:
         return self.value
@@ -160,7 +175,7 @@ class OpInfo:
     arity: int | None
     kind: Kind
     shape: S.ShapeRule
-    ref: Callable | None  # None: the interpreter evaluates it (parameter, fusion, call)
+    ref: Callable | None  # None: the interpreter evaluates it (parameter, fusion, call, control flow)
     attrs: tuple[AttrSpec, ...] = ()
     commutative: bool = False
     min_arity: int = 0
@@ -198,7 +213,12 @@ def _native(fn):
     return R.native(fn)
 
 
+def _flag(name: str) -> AttrSpec:
+    return AttrSpec(name, AttrKind.ENUM, "false", ("false", "true"))
+
+
 AXES = (_ints("axes"),)
+SCAN = (_int("axis"), _flag("reverse"))
 
 OPS: dict[Op, OpInfo] = {
     Op.PARAMETER: OpInfo(0, OPQ, S.parameter, None, (_int("index"),), result_given=True),
@@ -307,6 +327,40 @@ OPS: dict[Op, OpInfo] = {
     Op.CALL: OpInfo(None, OPQ, S.called, None, (AttrSpec("calls", AttrKind.NAME),), result_given=True),
     # Values pass through unchanged, but nothing is fused or moved across it.
     Op.OPTIMIZATION_BARRIER: OpInfo(None, OPQ, S.tuple_, R.tuple_, min_arity=1),
+    # The state is the operands; the result, always a tuple, is the state when condition is false.
+    Op.WHILE: OpInfo(
+        None,
+        OPQ,
+        S.while_,
+        None,
+        (AttrSpec("condition", AttrKind.NAME), AttrSpec("body", AttrKind.NAME)),
+    ),
+    # Operand 0 is the s32[] index (out of range: the last branch); the rest go to the branch.
+    Op.CONDITIONAL: OpInfo(
+        None,
+        OPQ,
+        S.conditional,
+        None,
+        (AttrSpec("branches", AttrKind.NAMES),),
+        min_arity=1,
+        result_given=True,
+    ),
+    # Data ops are opaque: no fusion pass moves them or fuses anything into them.
+    **{op: OpInfo(1, OPQ, SD.cumulative(allowed), ref, SCAN) for op, allowed, ref in (
+        (Op.CUMSUM, "numeric", RD.CUMSUM), (Op.CUMPROD, "numeric", RD.CUMPROD),
+        (Op.CUMMAX, "numeric", RD.CUMMAX), (Op.CUMMIN, "numeric", RD.CUMMIN))},
+    Op.SORT: OpInfo(None, OPQ, SD.sort, RD.sort, (_int("dimension"), _flag("is_stable"), _int("num_keys", 1)),
+                    min_arity=1),
+    Op.TOP_K: OpInfo(1, OPQ, SD.top_k, RD.top_k, (_int("k"), _int("axis"))),
+    Op.GATHER: OpInfo(None, OPQ, SD.gather, RD.gather, (
+        _ints("offset_dims"), _ints("collapsed_slice_dims"), _ints("start_index_map"),
+        _ints("operand_batching_dims", ()), _ints("start_indices_batching_dims", ()), _ints("slice_sizes"),
+        AttrSpec("mode", AttrKind.ENUM, choices=SD.GATHER_MODES)), min_arity=2),
+    Op.SCATTER: OpInfo(3, OPQ, SD.scatter, RD.scatter, (
+        _ints("update_window_dims"), _ints("inserted_window_dims"), _ints("scatter_dims_to_operand_dims"),
+        _ints("operand_batching_dims", ()), _ints("scatter_indices_batching_dims", ()),
+        AttrSpec("mode", AttrKind.ENUM, choices=SD.GATHER_MODES),
+        AttrSpec("combine", AttrKind.ENUM, choices=SD.SCATTER_COMBINERS))),
 }
 
 OPS_BY_NAME: dict[str, Op] = {op.value: op for op in Op}

@@ -260,10 +260,21 @@ class Parser:
             self.expect("{")
             lhs = self.parse_int_list(";")
             return (lhs, self.parse_int_list("}"))
+        if spec.kind is AttrKind.NAMES:
+            return self.parse_name_list(spec.name)
         token = self.expect_kind("name", f"a value for {spec.name!r}")
         if spec.kind is AttrKind.ENUM and token.text not in spec.choices:
             raise self.error(f"{spec.name} must be one of {', '.join(spec.choices)}", token)
         return token.text
+
+    def parse_name_list(self, what: str) -> tuple[str, ...]:
+        """`{a,b,c}`: one name at least."""
+        self.expect("{")
+        names = [self.expect_kind("name", f"a computation name in {what!r}").text]
+        while not self.accept("}"):
+            self.expect(",")
+            names.append(self.expect_kind("name", f"a computation name in {what!r}").text)
+        return tuple(names)
 
     def parse_int_list(self, close: str) -> tuple[int, ...]:
         """Integers separated by ',' up to and including `close` (the '{' already read)."""

@@ -8,7 +8,8 @@ the identity.
     arguments    := [NAME {',' NAME}]         operands, for every op but these two:
                   | INT                        parameter: its index
                   | literal                    constant: its value
-    attribute    := KEY '=' (INT | ints | '{' ints ';' ints '}' | WORD | NAME | STRING)
+    attribute    := KEY '=' (INT | ints | '{' ints ';' ints '}' | WORD | NAME | names | STRING)
+    names        := '{' NAME {',' NAME} '}'
     ints         := '{' [INT {',' INT}] '}'
     shape        := DTYPE '[' [INT {',' INT}] ']' | '(' [shape {',' shape}] ')'
     literal      := scalar | '{' [literal {',' literal}] '}'
@@ -57,6 +58,8 @@ def format_attr_value(kind: AttrKind, value: object) -> str:
     if kind is AttrKind.INTS_PAIR:
         lhs, rhs = value
         return "{" + ",".join(map(str, lhs)) + ";" + ",".join(map(str, rhs)) + "}"
+    if kind is AttrKind.NAMES:
+        return "{" + ",".join(value) + "}"
     return str(value)
 
 

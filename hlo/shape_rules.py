@@ -323,3 +323,18 @@ def called(operands, attrs, result):
     if result is None:
         raise ShapeError("fusion and call need their result shape to be given")
     return result
+
+
+def while_(operands, attrs, result):
+    """while: the loop state, as a tuple (the verifier checks condition and body)."""
+    return TupleShape(tuple(operands))
+
+
+def conditional(operands, attrs, result):
+    """conditional: an s32[] index; the result is declared (the verifier checks the branches)."""
+    index = operands[0]
+    if index != Shape(DType.S32, ()):
+        raise ShapeError(f"the branch index of a conditional must be s32[], got {index}")
+    if result is None:
+        raise ShapeError("conditional needs its result shape to be given")
+    return result

@@ -1,5 +1,6 @@
 """The verifier: operand counts, attributes, shape and dtype rules, unique names, topological
-order, roots, parameter numbering, and fusion/call signatures against the called computation.
+order, roots, parameter numbering, and the signature of every called computation (fusion and
+call bodies, while conditions and bodies, conditional branches) against the instruction.
 
 `verify(module)` returns None or raises `HloVerifyError` naming the failing instruction, showing
 it marked among its neighbours, with the user's source line. Imports this package only.
@@ -7,7 +8,7 @@ it marked among its neighbours, with the user's source line. Imports this packag
 
 from __future__ import annotations
 
-from .dtypes import Shape, TupleShape
+from .dtypes import DType, Shape, TupleShape
 from .errors import HloVerifyError
 from .ir import NAME_RE, Computation, Instruction, Loc, Module
 from .literal import Literal
@@ -78,8 +79,9 @@ class _Checker:
                 raise HloVerifyError(f"module {self.module.name}: computations call themselves: {cycle}")
             state[name] = 1
             for inst in self.module[name].instructions:
-                if inst.called is not None and inst.called in self.module:
-                    visit(inst.called, path + [name])
+                for callee in inst.callees:
+                    if callee in self.module:
+                        visit(callee, path + [name])
             state[name] = 2
 
         for comp in self.module.computations:
@@ -133,8 +135,8 @@ class _Checker:
             raise self.fail(comp, inst, str(e)) from None
         if inferred != inst.shape:
             raise self.fail(comp, inst, f"declared shape {inst.shape} but {inst.op} gives {inferred}")
-        if inst.op in (Op.FUSION, Op.CALL):
-            self.call_site(comp, inst, operand_shapes)
+        if inst.callees or inst.op in CALLING:
+            self.call_sites(comp, inst, operand_shapes)
 
     def attributes(self, comp: Computation, inst: Instruction) -> None:
         specs = inst.info.attrs
@@ -152,34 +154,61 @@ class _Checker:
                 and all(isinstance(s, tuple) and all(type(x) is int for x in s) for s in v),
                 AttrKind.ENUM: lambda v: v in spec.choices,
                 AttrKind.NAME: lambda v: isinstance(v, str) and bool(v),
+                AttrKind.NAMES: lambda v: isinstance(v, tuple)
+                and bool(v)
+                and all(isinstance(x, str) and x for x in v),
                 AttrKind.LITERAL: lambda v: isinstance(v, Literal),
             }[spec.kind](value)
             if not ok:
                 raise self.fail(comp, inst, f"attribute {spec.name}={value!r} is not a valid {spec.kind.value}")
 
-    def call_site(self, comp: Computation, inst: Instruction, operand_shapes: list) -> None:
-        callee_name = inst.attr("calls")
-        callee = self.module.get(callee_name)
-        if callee is None:
-            raise self.fail(comp, inst, f"calls {callee_name!r}, which is not in the module")
-        if callee_name == self.module.entry:
-            raise self.fail(comp, inst, f"calls the entry computation {callee_name!r}")
-        params = callee.parameter_shapes
-        if len(params) != len(operand_shapes):
-            raise self.fail(
-                comp,
-                inst,
-                f"passes {len(operand_shapes)} operands to {callee_name}, which takes {len(params)}",
-            )
-        for i, (given, wanted) in enumerate(zip(operand_shapes, params)):
-            if given != wanted:
+    def call_sites(self, comp: Computation, inst: Instruction, operand_shapes: list) -> None:
+        for callee_name, role, params_wanted, result_wanted in signatures(inst, operand_shapes):
+            what = f" ({role})" if role else ""
+            callee = self.module.get(callee_name)
+            if callee is None:
+                raise self.fail(comp, inst, f"calls {callee_name!r}{what}, which is not in the module")
+            if callee_name == self.module.entry:
+                raise self.fail(comp, inst, f"calls the entry computation {callee_name!r}{what}")
+            params = callee.parameter_shapes
+            if len(params) != len(params_wanted):
                 raise self.fail(
-                    comp, inst, f"operand {i} of {callee_name} should be {wanted}, got {given}"
+                    comp,
+                    inst,
+                    f"passes {len(params_wanted)} operands to {callee_name}{what}, which takes "
+                    f"{len(params)}",
                 )
-        if callee.root in callee and callee.result_shape != inst.shape:
-            raise self.fail(
-                comp, inst, f"{callee_name} returns {callee.result_shape}, declared {inst.shape}"
-            )
+            for i, (given, wanted) in enumerate(zip(params_wanted, params)):
+                if given != wanted:
+                    raise self.fail(
+                        comp, inst, f"operand {i} of {callee_name}{what} should be {wanted}, got {given}"
+                    )
+            if callee.root not in callee or callee.result_shape == result_wanted:
+                continue
+            if role:
+                message = f"{callee_name}{what} returns {callee.result_shape}, expected {result_wanted}"
+            else:
+                message = f"{callee_name} returns {callee.result_shape}, declared {inst.shape}"
+            raise self.fail(comp, inst, message)
+
+
+CALLING = (Op.FUSION, Op.CALL, Op.WHILE, Op.CONDITIONAL)
+
+
+def signatures(inst: Instruction, operand_shapes: list) -> list[tuple[str, str, list, object]]:
+    """What each computation `inst` calls must look like: (its name, its role ("" for a fusion's
+    or call's body), the parameter shapes it must take, the shape it must return)."""
+    if inst.op is Op.WHILE:
+        state = list(operand_shapes)
+        return [
+            (inst.attr("condition"), "condition", state, Shape(DType.PRED, ())),
+            (inst.attr("body"), "body", state, TupleShape(tuple(state))),
+        ]
+    if inst.op is Op.CONDITIONAL:
+        branches = inst.attr("branches")
+        operands = list(operand_shapes[1:])
+        return [(name, f"branch {k}", operands, inst.shape) for k, name in enumerate(branches)]
+    return [(name, "", list(operand_shapes), inst.shape) for name in inst.callees]
 
 
 def verify(module: Module) -> None:

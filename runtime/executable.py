@@ -140,6 +140,16 @@ class Executable:
         return call
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.finish(self.run_steps(arrays))
+
+    def borrowing_call(self, arrays: Sequence[np.ndarray]) -> list:
+        """The results as the steps left them: an argument or constant itself, or a view of
+        one, is returned as it is (a loop passing state along unchanged does not copy it)."""
+        values = self.run_steps(arrays)
+        return [values[r] for r in self.results]
+
+    def run_steps(self, arrays: Sequence[np.ndarray]) -> list:
+        """Every value slot after running the steps on `arrays`."""
         values: list = [None] * self.n_values
         for slot, array in zip(self.params, arrays):
             values[slot] = array
@@ -161,7 +171,7 @@ class Executable:
                 outputs = [tuple(outputs)]
             for slot, out in zip(outs, outputs):
                 values[slot] = out
-        return self.finish(values)
+        return values
 
     def finish(self, values: list) -> list[np.ndarray]:
         if not self.may_borrow:

@@ -11,6 +11,8 @@ constants)` turns them into an `Executable`. Steps:
 - `dot`: a dot_general through numpy's matmul (BLAS).
 - `alias`: a tuple, a tuple element or a reshape: views, no work.
 - `nested`: a program of its own (a fusion no single kernel holds), run as one step.
+- `while`, `conditional`: loops and branches over nested programs (`runtime.control`).
+- `library`: a data op (sort, gather, scatter, ...) as a numpy call (`runtime.library`).
 
 Shapes are lists of ints, dtypes numpy names ("float32", "bfloat16": bfloat16 needs ml_dtypes).
 Imports numpy and the standard library only.
@@ -23,7 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .control import conditional_run, nested_programs, while_run
 from .executable import BufferSpec, Executable, Step
+from .library import library_run
 from .parallel import run_rows
 from .pool import POOL
 
@@ -270,6 +274,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     """The executable of `program`, given its kernels by name and its constants by key (a
     program's `constants` maps each constant's value slot to its key)."""
     steps = []
+    inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     for s in program["steps"]:
         op, inputs, outputs = s["op"], tuple(s["inputs"]), tuple(s["outputs"])
         if op == "alias":
@@ -285,6 +290,23 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             specs = tuple(spec(e) for e in s["specs"])
             steps.append(Step(s["name"], "kernel", run, inputs, outputs, specs, s["label"], s["in_place"],
                               getattr(run, "scratch_bytes", 0)))
+        elif op == "library":
+            specs = tuple(spec(e) for e in s["specs"])
+            steps.append(Step(s["name"], "library", library_run(s), inputs, outputs, specs, s["label"]))
+        elif op == "while":
+            condition = build(s["condition"], kernels, constants, sources)
+            body = build(s["body"], kernels, constants, sources)
+            native = kernels.get(s.get("native", ""))
+            run = while_run(condition, body, s["flat"], native.fn if native is not None else None)
+            steps.append(Step(s["name"], "alias", run, inputs, outputs, label=s["label"]))
+            for part, inner in (("cond", condition), ("body", body)):
+                inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
+        elif op == "conditional":
+            branches = [build(b, kernels, constants, sources) for b in s["branches"]]
+            steps.append(Step(s["name"], "alias", conditional_run(branches, s["tupled"]), inputs, outputs,
+                              label=s["label"]))
+            for k, inner in enumerate(branches):
+                inner_sources.update({f"{s['name']}/branch{k}/{n}": v for n, v in inner.kernel_sources.items()})
         elif op == "nested":
             inner = build(s["program"], kernels, constants, sources)
             steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
@@ -295,6 +317,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     own = {int(slot): constants[key] for slot, key in program["constants"].items()}
     kernel_sources = {s["name"]: sources[s["kernel"]] for s in program["steps"]
                       if s["op"] == "kernel" and sources and s["kernel"] in sources}
+    kernel_sources.update(inner_sources)
     return Executable(list(program["params"]), list(program["results"]), steps, own,
                       program["n_values"], kernel_sources, specs)
 
@@ -311,8 +334,8 @@ def walk(program: dict):
     """Every step of a program, nested programs' steps included."""
     for s in program["steps"]:
         yield s
-        if s["op"] == "nested":
-            yield from walk(s["program"])
+        for inner in nested_programs(s):
+            yield from walk(inner)
 
 
 __all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "walk"]

@@ -29,6 +29,9 @@ from jax import lax
 from xfuse.hlo import Computation, DType, Instruction, Module, Op, Shape, TupleShape
 from xfuse.hlo.literal import format_literal
 
+from .emit_control import CONTROL_NAMESPACE, CONTROL_RULES
+from .emit_data import DATA_NAMESPACE, DATA_RULES
+
 DTYPE_TEXT = {
     DType.PRED: "np.bool_",
     DType.S8: "np.int8",
@@ -93,6 +96,7 @@ class Context:
     args: list[str]
     operand_shapes: list
     callee: str = ""  # the function a fusion or call invokes
+    callees: tuple[str, ...] = ()  # every function it invokes (while: condition, body)
 
     @property
     def dtype(self) -> DType:
@@ -276,7 +280,12 @@ RULES: dict[Op, Callable[[Context], str]] = {
     Op.FUSION: lambda c: f"{c.callee}({', '.join(c.args)})",
     Op.CALL: lambda c: f"{c.callee}({', '.join(c.args)})",
 }
+RULES.update(DATA_RULES)  # cumulative ops, sort, top_k, gather, scatter: emit_data.py
+NAMESPACE.update(DATA_NAMESPACE)
+RULES.update(CONTROL_RULES)  # while and conditional: emit_control.py
+NAMESPACE.update(CONTROL_NAMESPACE)
 LEAVES = {Op.PARAMETER, Op.CONSTANT}
+CALLING = (Op.FUSION, Op.CALL, Op.WHILE, Op.CONDITIONAL)
 
 
 # ---------------------------------------------------------------------------- names
@@ -329,16 +338,19 @@ def _signature(comp: Computation) -> str:
     return f"# {comp.name} ({params}) -> {comp.result_shape}"
 
 
-def _callees(module: Module, comp: Computation, through=(Op.FUSION, Op.CALL)) -> list[Computation]:
+def _callees(module: Module, comp: Computation, through=CALLING) -> list[Computation]:
     """The computations `comp` invokes through the ops `through`, directly or not, callees
     before their callers."""
     order: list[Computation] = []
 
     def visit(c: Computation) -> None:
         for inst in c.instructions:
-            if inst.op in through and all(o.name != inst.called for o in order):
-                visit(module[inst.called])
-                order.append(module[inst.called])
+            if inst.op not in through:
+                continue
+            for name in inst.callees:
+                if all(o.name != name for o in order):
+                    visit(module[name])
+                    order.append(module[name])
 
     visit(comp)
     return order
@@ -378,7 +390,8 @@ def _body(
                 raise _unsupported(inst, comp)
             shapes = [comp[o].shape for o in inst.operands]
             callee = functions.get(inst.called, "") if inst.called else ""
-            expression = rule(Context(inst, [var[o] for o in inst.operands], shapes, callee))
+            callees = tuple(functions.get(n, "") for n in inst.callees)
+            expression = rule(Context(inst, [var[o] for o in inst.operands], shapes, callee, callees))
         lines.append(f"    {var[inst.name]} = {expression}{_comment(inst)}")
     lines.append(f"    return {_returned(comp, var[comp.root], flat_return)}")
     return lines

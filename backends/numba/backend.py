@@ -4,7 +4,7 @@
 kernel's source; here the sources are compiled with numba (or loaded from the disk cache) and
 the runtime builds the executable (`xfuse.runtime.program`), where an output fusion runs its
 dot through BLAS and applies the epilogue kernel to it. f16 and bf16 values are computed in
-f32 inside kernels.
+f32 inside kernels. A loop of kernels only runs as one numba function (`native_loop`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from xfuse.runtime.program import Kernel, build
 
 from .compile import compile_kernel, settle
 from .lowering import lower
+from .native_loop import native_loops
 
 NAME = "numba"
 
@@ -23,4 +24,5 @@ def compile_module(module: Module) -> Executable:
     lowered = lower(module)
     kernels = {name: Kernel(compile_kernel(source), settle) for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
+    kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
     return build(lowered.program, kernels, lowered.constants, sources)

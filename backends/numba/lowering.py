@@ -15,6 +15,8 @@ import numpy as np
 
 from xfuse.hlo import Computation, Instruction, Kind, Module, Op, Shape, TupleShape
 
+from .library_steps import LIBRARY_OPS, library_step
+from .control import control_step
 from .kernels import KernelSource, flattenable, output_shapes, space_of, write_kernel
 from .prepare import canonical, inline_calls
 
@@ -85,6 +87,10 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict
             steps.append({"op": "dot", **common, "lhs": list(lhs.dims), "rhs": list(rhs.dims),
                           "contracting": _pairs(inst.attr("contracting")), "batch": _pairs(inst.attr("batch")),
                           "dims": dims, "dtype": dtype})
+        elif inst.op in LIBRARY_OPS:
+            steps.append(library_step(inst, common))
+        elif inst.op in (Op.WHILE, Op.CONDITIONAL):
+            steps.append(control_step(module, inst, common, lambda c, p: _lower(module, c, out, p), prefix))
         elif inst.shape == TupleShape(()):
             # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
             # nothing here can be seen, so the step only makes the empty tuple.

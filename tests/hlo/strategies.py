@@ -493,6 +493,52 @@ def _called(c: _Context, op: Op) -> Instruction:
     return c.add(c.builder.emit(op, *operands, shape=callee.result_shape, **attrs))
 
 
+def _fresh_computation_name(c: _Context, base: str) -> str:
+    name, n = base, 0
+    while name in c.reserved:
+        name, n = f"{base}_{n}", n + 1
+    c.reserved.add(name)
+    return name
+
+
+def _while(c: _Context, op: Op) -> Instruction:
+    """A loop that ends: a counter from 0 to 0..3, the other state doubled or passed along."""
+    assert c.callees is not None, "callees do not call"
+    count = Shape(DType.S32, ())
+    state = [c.draw(st.sampled_from(c.arrays)) if c.arrays else c.pick() for _ in range(c.draw(st.integers(0, 2)))]
+    shapes = [count] + [v.shape for v in state]
+    cond = Builder(_fresh_computation_name(c, "while_cond"))
+    params = [cond.parameter(s, name=f"s{k}") for k, s in enumerate(shapes)]
+    cond_comp = cond.build(cond.lt(params[0], cond.constant(np.int32(c.draw(st.integers(0, 3))))))
+    body = Builder(_fresh_computation_name(c, "while_body"))
+    params = [body.parameter(s, name=f"s{k}") for k, s in enumerate(shapes)]
+    updated = [body.add(params[0], body.constant(np.int32(1)))]
+    for p in params[1:]:
+        doubled = not p.shape.dtype.is_pred and c.draw(st.booleans())
+        updated.append(body.add(p, p) if doubled else p)
+    body_comp = body.build(updated)
+    c.callees.extend([cond_comp, body_comp])
+    start = c.add(c.builder.constant(np.int32(c.draw(st.integers(-1, 1)))))
+    return c.add(c.builder.emit(op, start, *state, condition=cond_comp.name, body=body_comp.name))
+
+
+def _conditional(c: _Context, op: Op) -> Instruction:
+    """A conditional on an s32[] index (maybe out of range) over random branches of one type."""
+    assert c.callees is not None, "callees do not call"
+    index = c.value_of(Shape(DType.S32, ()))
+    operands = [c.draw(st.sampled_from(c.arrays)) if c.arrays else c.pick() for _ in range(c.draw(st.integers(0, 2)))]
+    shapes = [o.shape for o in operands]
+    branches = [_callee(c, op, shapes)]
+    for _ in range(c.draw(st.integers(0, 2))):
+        other = _callee(c, op, shapes)
+        if other.result_shape == branches[0].result_shape:
+            branches.append(other)
+    c.callees.extend(branches)
+    names = c.draw(st.lists(st.sampled_from([b.name for b in branches]), min_size=1, max_size=3))
+    result = branches[0].result_shape
+    return c.add(c.builder.emit(op, index, *operands, branches=[branches[0].name, *names], shape=result))
+
+
 def _callee(c: _Context, op: Op, parameter_shapes: list) -> Computation:
     base = c.draw(st.one_of(names(), st.just(f"fused_{op.value}")))
     name, n = base, 0
@@ -532,10 +578,16 @@ RECIPES: dict[Op, Recipe] = {
     Op.OPTIMIZATION_BARRIER: _tuple,
     Op.FUSION: _called,
     Op.CALL: _called,
+    Op.WHILE: _while,
+    Op.CONDITIONAL: _conditional,
 }
 
+from tests.hlo.strategies_data import DATA_RECIPES  # noqa: E402  (cumsum, sort, gather, ...)
 
-CALLEE_OPS = tuple(op for op in RECIPES if op not in (Op.PARAMETER, Op.FUSION, Op.CALL))
+RECIPES.update(DATA_RECIPES)
+
+CALLING_OPS = (Op.FUSION, Op.CALL, Op.WHILE, Op.CONDITIONAL)
+CALLEE_OPS = tuple(op for op in RECIPES if op is not Op.PARAMETER and op not in CALLING_OPS)
 
 
 def _body(c: _Context, steps: int, ops: Sequence[Op] = tuple(RECIPES)) -> Computation:
@@ -574,7 +626,7 @@ def modules(
     if calls:  # with the whole table, one step in five or so is a fusion or a call
         chosen += calling * (len(chosen) // 8)
     else:
-        chosen = tuple(op for op in chosen if op not in calling)
+        chosen = tuple(op for op in chosen if op not in CALLING_OPS)
     entry_name = draw(names())
     locs: tuple[Loc | None, ...] = (None,)
     if source_locations and draw(st.booleans()):

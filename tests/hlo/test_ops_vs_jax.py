@@ -610,6 +610,10 @@ SPECS: dict[Op, Spec] = {
     Op.OPTIMIZATION_BARRIER: Spec(ALL, optimization_barrier_trials),
 }
 
+from tests.hlo.data_specs import DATA_SPECS  # noqa: E402  (cumulative ops, sort, gather, ...)
+
+SPECS.update(DATA_SPECS)
+
 
 # ---------------------------------------------------------------------------- running
 def run_reference(op: Op, trial: Trial, arrays: Sequence[np.ndarray]) -> object:

@@ -1,0 +1,27 @@
+"""Library steps of a lowered program: the data ops (cumulative ops, sort, top_k, gather,
+scatter), which no kernel holds, run as numpy calls from `xfuse.runtime.library`. A step names
+the function and carries the instruction's attributes as JSON values (int lists, flags as
+bools), so an AOT artifact runs it with numpy alone. Imports xfuse.hlo only.
+"""
+
+from __future__ import annotations
+
+from xfuse.hlo import Instruction, Op, TupleShape
+
+LIBRARY_OPS = frozenset({Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN, Op.SORT, Op.TOP_K, Op.GATHER,
+                         Op.SCATTER})
+FLAGS = ("reverse", "is_stable")
+
+
+def _json(name: str, value: object) -> object:
+    if name in FLAGS:
+        return value == "true"
+    return list(value) if isinstance(value, tuple) else value
+
+
+def library_step(inst: Instruction, common: dict) -> dict:
+    """The step computing `inst` (one of LIBRARY_OPS); a tuple result is one packed value."""
+    shapes = list(inst.shape.elements) if isinstance(inst.shape, TupleShape) else [inst.shape]
+    attrs = {name: _json(name, value) for name, value in inst.attrs}
+    return {"op": "library", **common, "fn": inst.op.value, "attrs": attrs, "label": str(inst.op),
+            "specs": [[list(s.dims), s.dtype.numpy.name] for s in shapes]}

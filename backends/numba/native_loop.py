@@ -1,0 +1,346 @@
+"""Native loops for the numba backend: a while whose condition and body are kernels and
+matrix products only (no f16/bf16, no nested programs) runs as one generated `numba.njit`
+function that calls the kernels itself, so an iteration does not return to Python. A matrix
+product (a dot, or the dot of an output fusion) of two matrices goes to BLAS through numba's
+`np.dot`. Other loops, and any loop numba fails to type on its first call, run in the runtime
+(`xfuse.runtime.control`); so do loops with a kernel large enough to split its rows over
+threads, which the runtime does and a driver does not (and where a step's Python overhead is
+small beside its work).
+
+A scan's stacked outputs are written as XLA writes them: a fusion that is only a
+dynamic_update_slice of a state element, which the body passes to nothing else and returns in
+the same place, writes just the update's window into that element's buffer, which the loop
+owns (it copies the initial value once). Otherwise each iteration would copy the whole stack.
+
+`native_loops(program, kernels)` marks each such while step with `"native": name` and returns
+the drivers by name, to be passed to `runtime.program.build` with the kernels. Inside a
+driver, every value is an array: a scalar is a one-element vector (as kernels take them), and
+each kernel output is a fresh array, so no iteration writes over a value another still reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+from collections.abc import Callable
+
+import numba
+import numpy as np
+from numba.core.errors import NumbaError
+
+from xfuse.hlo import Computation, Instruction, Op, TupleShape
+from xfuse.runtime.program import Kernel, walk
+
+from .compile import compile_kernel, settle
+from .kernels import write_kernel
+from .lowering import kernel_name
+
+HALF = ("float16", "bfloat16")
+# Products up to this many multiply-adds run in the driver's own loops: BLAS's threads cost
+# more than such a product on these machines (16x256 by 256x256: 39 us on one thread, 0.3 ms
+# with two BLAS threads on a busy machine); larger ones go to BLAS through np.dot.
+SMALL_DOT = 1 << 22
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=False)
+def small_matmul(a, b, out):
+    """out = a @ b for matrices, four rows of `a` at a time, so each row of `b` read from
+    cache serves four rows of the result (as fast as one BLAS thread at 16x256x256)."""
+    m, k = a.shape
+    n = b.shape[1]
+    out[:] = 0
+    i = 0
+    while i + 4 <= m:
+        o0, o1, o2, o3 = out[i], out[i + 1], out[i + 2], out[i + 3]
+        for p in range(k):
+            x0, x1, x2, x3 = a[i, p], a[i + 1, p], a[i + 2, p], a[i + 3, p]
+            row = b[p]
+            for j in range(n):
+                v = row[j]
+                o0[j] += x0 * v
+                o1[j] += x1 * v
+                o2[j] += x2 * v
+                o3[j] += x3 * v
+        i += 4
+    for r in range(i, m):
+        o = out[r]
+        for p in range(k):
+            x = a[r, p]
+            row = b[p]
+            for j in range(n):
+                o[j] += x * row[j]
+ALIASES = ("tuple", "element", "reshape")
+
+
+def _matrix_product(d: dict) -> bool:
+    """A dot the driver can hand to numba's np.dot: matrix times matrix, float32 or float64."""
+    return len(d["lhs"]) == 2 and len(d["rhs"]) == 2 and d["contracting"] == [[1], [0]] \
+        and d["batch"] == [[], []] and d["dtype"] in ("float32", "float64")
+
+
+def _eligible_program(program: dict, bodies: dict) -> bool:
+    if any(spec is None or spec[1] in HALF for spec in program["param_specs"]):
+        return False
+    produced = {}
+    for step in program["steps"]:
+        if step["op"] == "dot":
+            if not _matrix_product(step):
+                return False
+            produced[step["outputs"][0]] = "array"
+        elif step["op"] == "kernel":
+            if step.get("dot") is not None and not _matrix_product(step["dot"]):
+                return False
+            if step["parallel"] and _window(step, program, bodies.get(step["kernel"])) is None:
+                return False
+            if any(d in HALF for _, d in step["specs"] + step["params"]):
+                return False
+            for slot in step["outputs"]:
+                produced[slot] = "packed" if len(step["specs"]) > 1 else "array"
+        elif step["op"] == "alias" and step["kind"] in ALIASES:
+            kind = step["kind"]
+            if kind == "element" and produced.get(step["inputs"][0]) != "packed":
+                return False
+            if kind == "reshape" and produced.get(step["inputs"][0], "array") != "array":
+                return False
+            for slot in step["outputs"]:
+                produced[slot] = "tuple" if kind == "tuple" else "array"
+        else:
+            return False
+    return all(produced.get(r, "array") == "array" for r in program["results"])
+
+
+def eligible(step: dict, bodies: dict | None = None) -> bool:
+    """Whether a while step can run as one numba function."""
+    return step["op"] == "while" and step["flat"] and _eligible_program(step["condition"], {}) \
+        and _eligible_program(step["body"], bodies or {})
+
+
+def _dims(dims: list) -> str:
+    shape = tuple(dims) if dims else (1,)
+    return repr(shape)
+
+
+def _window(step: dict, program: dict, body) -> tuple | None:
+    """(state index, update, starts) when a kernel step is a dynamic_update_slice of a state
+    element that may be written in place (see the module's docstring), else None. `update` is
+    the update's name in `body` and its dims; `starts` the names of the start indices."""
+    if body is None or step.get("dot") is not None or len(step["specs"]) != 1:
+        return None
+    root = body.root_instruction
+    if root.op is not Op.DYNAMIC_UPDATE_SLICE or root.array_shape.rank == 0:
+        return None
+    index = {p.name: k for k, p in enumerate(body.parameters)}
+    target = root.operands[0]
+    if target not in index or any(target in i.operands for i in body.instructions if i is not root) \
+            or root.operands.count(target) != 1:
+        return None
+    slot, out = step["inputs"][index[target]], step["outputs"][0]
+    if slot not in program["params"] or step["inputs"].count(slot) != 1:
+        return None
+    k = program["params"].index(slot)
+    readers = [s for s in program["steps"] if s is not step and slot in s["inputs"]]
+    results = program["results"]
+    if readers or slot in results or k >= len(results) or results[k] != out or results.count(out) != 1:
+        return None
+    return k, (root.operands[1], body[root.operands[1]].array_shape.dims), root.operands[2:]
+
+
+def _part(body: Computation, roots: list[str], name: str) -> Computation:
+    """The part of a fused computation that computes `roots` (a tuple of them when several),
+    with every parameter kept, so it takes the fusion's inputs as they are."""
+    needed = set(roots)
+    for inst in reversed(body.instructions):
+        if inst.name in needed:
+            needed.update(inst.operands)
+    kept = [i for i in body.instructions if i.op is Op.PARAMETER or i.name in needed]
+    if len(roots) == 1:
+        return Computation(name, tuple(kept), roots[0])
+    shape = TupleShape(tuple(body[r].shape for r in roots))
+    return Computation(name, (*kept, Instruction(f"{name}.root", Op.TUPLE, shape, tuple(roots))), f"{name}.root")
+
+
+class _Writer:
+    """The driver's source: `s<k>` the state, `c<k>` the constants, `<p><slot>` a program's
+    values (p: "a" for the condition, "b" for the body). `owned`: the state elements the body
+    updates in place, which the driver copies before the loop."""
+
+    def __init__(self, kernels: dict, bodies: dict) -> None:
+        self.lines: list[str] = []
+        self.constants: list[np.ndarray] = []
+        self.kernels = kernels
+        self.bodies = bodies
+        self.used: dict[str, object] = {}
+        self.owned: set[int] = set()
+
+    def emit(self, indent: str, line: str) -> None:
+        self.lines.append(indent + line)
+
+    def program(self, program: dict, prefix: str, constants: dict, indent: str, body: bool = False) -> None:
+        var = lambda slot: f"{prefix}{slot}"  # noqa: E731
+        for k, slot in enumerate(program["params"]):
+            self.emit(indent, f"{var(slot)} = s{k}")
+        for slot, key in program["constants"].items():
+            array = np.array(constants[key], order="C")  # writable, as the state it may become
+            self.constants.append(array.reshape(1) if array.ndim == 0 else array)
+            self.emit(indent, f"{var(slot)} = c{len(self.constants) - 1}")
+        for step in program["steps"]:
+            ins = [var(i) for i in step["inputs"]]
+            window = _window(step, program, self.bodies.get(step.get("kernel"))) if body else None
+            if window is not None:
+                self.window(window, step, ins, var(step["outputs"][0]), indent)
+            elif step["op"] == "dot":
+                self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent)
+            elif step["op"] == "kernel":
+                name = f"kernel_{len(self.used)}"
+                self.used[name] = self.kernels[step["kernel"]]
+                packed = len(step["specs"]) > 1
+                outs = [f"{var(step['outputs'][0])}_{k}" if packed else var(step["outputs"][k])
+                        for k in range(len(step["specs"]))]
+                for out, (dims, dtype) in zip(outs, step["specs"]):
+                    self.emit(indent, f"{out} = np.empty({_dims(dims)}, np.{np.dtype(dtype).name})")
+                lead = ["0", str(step["rows"])]
+                if step.get("dot") is not None:  # an output fusion: the dot first, then the epilogue
+                    d = step["dot"]
+                    li, ri = d["operands"]
+                    self.dot(d, ins[li], ins[ri], f"{outs[0]}_dot", indent)
+                    lead += ["0", f"{outs[0]}_dot"]
+                self.emit(indent, f"{name}({', '.join(lead + ins + outs)})")
+            elif step["kind"] == "element":
+                self.emit(indent, f"{var(step['outputs'][0])} = {ins[0]}_{step['index']}")
+            elif step["kind"] == "reshape":
+                self.emit(indent, f"{var(step['outputs'][0])} = {ins[0]}.reshape({_dims(step['dims'])})")
+            # a tuple is the body's root: its elements are read as the results
+
+    def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
+        self.emit(indent, f"{out} = np.empty({_dims(d['dims'])}, np.{d['dtype']})")
+        (m, k), n = d["lhs"], d["rhs"][1]
+        product = "small_matmul" if m * n * k <= SMALL_DOT else "np.dot"
+        self.emit(indent, f"{product}({lhs}, {rhs}, {out})")
+
+    def window(self, window: tuple, step: dict, ins: list[str], out: str, indent: str) -> None:
+        """The update computed (or read) and copied into the state element's own buffer."""
+        k, (update, update_dims), starts = window
+        body = self.bodies[step["kernel"]]
+        index = {p.name: j for j, p in enumerate(body.parameters)}
+        dims = step["specs"][0][0]
+        self.owned.add(k)
+        values = {}
+        computed = [name for name in dict.fromkeys(starts) if name not in index and body[name].op is not Op.CONSTANT]
+        for name in dict.fromkeys(starts):
+            if name in index:
+                values[name] = f"{ins[index[name]]}[0]"
+            elif body[name].op is Op.CONSTANT:
+                values[name] = str(int(body[name].attr("value").array))
+        if computed:
+            outs = [f"{out}_i{j}" for j in range(len(computed))]
+            for o, name in zip(outs, computed):
+                self.emit(indent, f"{o} = np.empty((1,), np.{body[name].array_shape.dtype.numpy.name})")
+                values[name] = f"{o}[0]"
+            self.call(_part(body, computed, f"{step['kernel']}_starts"), ins + outs, indent)
+        if update in index:
+            source = ins[index[update]]
+        else:
+            source = f"{out}_update"
+            dtype = body[update].array_shape.dtype.numpy.name
+            self.emit(indent, f"{source} = np.empty({_dims(list(update_dims))}, np.{dtype})")
+            self.call(_part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
+        slices = []
+        for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
+            self.emit(indent, f"{out}_st{j} = min(max(np.int64({values[name]}), 0), {d - u})")
+            slices.append(f"{out}_st{j}:{out}_st{j} + {u}")
+        self.emit(indent, f"{out} = s{k}")
+        self.emit(indent, f"{out}[{', '.join(slices)}] = {source}.reshape({_dims(list(update_dims))})")
+
+    def call(self, part: Computation, args: list[str], indent: str) -> None:
+        """A kernel of its own for part of a fusion, compiled now."""
+        source = write_kernel(part, kernel_name(part.name), "loop")
+        name = f"kernel_{len(self.used)}"
+        self.used[name] = Kernel(compile_kernel(source), settle)
+        self.emit(indent, f"{name}(0, {source.rows}, {', '.join(args)})")
+
+
+def write_driver(step: dict, kernels: dict, constants: dict, name: str,
+                 bodies: dict | None = None) -> tuple[str, dict, list]:
+    """(source, kernels it calls by global name, constant arrays it takes) for a while step;
+    `bodies` (kernel name -> fused computation) lets windows be written in place."""
+    n = len(step["inputs"])
+    writer = _Writer(kernels, bodies or {})
+    writer.lines.append("    while True:")
+    writer.program(step["condition"], "a", constants, "        ")
+    (flag,) = step["condition"]["results"]
+    writer.lines.append(f"        if not a{flag}[0]:")
+    writer.lines.append("            break")
+    writer.program(step["body"], "b", constants, "        ", body=True)
+    writer.lines[:0] = [f"    s{k} = s{k}.copy()" for k in sorted(writer.owned)]
+    results = ", ".join(f"b{r}" for r in step["body"]["results"])
+    writer.lines.append(f"        {', '.join(f's{k}' for k in range(n))} = {results}{',' if n == 1 else ''}")
+    state = ", ".join(f"s{k}" for k in range(n))
+    arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))])
+    header = f"def {name}({arguments}):"
+    footer = f"    return ({state}{',' if n == 1 else ''})"
+    return "\n".join([header, *writer.lines, footer]) + "\n", writer.used, writer.constants
+
+
+def _writable(x) -> np.ndarray:
+    """A C-contiguous writable array: what numba types every value of the loop as."""
+    x = np.ascontiguousarray(x)
+    return x if x.flags.writeable else x.copy()
+
+
+def _unshared(x: np.ndarray, owned: set[int]) -> np.ndarray:
+    """`x`, copied when it is (a view of) a constant the driver holds."""
+    root = x
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    return x.copy() if id(root) in owned else x
+
+
+def _compile(source: str, name: str, used: dict) -> Callable:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    filename = f"<xfuse-native-loop {name} {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"np": np, "small_matmul": small_matmul, **{key: kernel.fn for key, kernel in used.items()}}
+    exec(compile(source, filename, "exec"), namespace)
+    return numba.njit(nogil=True, cache=False)(namespace[name])
+
+
+def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict | None) -> Callable:
+    """run(state) -> the final state (a list), or None when numba cannot compile the loop."""
+    source, used, arrays = write_driver(step, kernels, constants, name, bodies)
+    specs = step["body"]["param_specs"]
+    state_dims = [tuple(dims) for dims, _ in specs]
+    fn = _compile(source, name, used)
+    owned = {id(a) for a in arrays}
+    first, failed = [True], [False]
+
+    def run(state: list) -> list | None:
+        if failed[0]:
+            return None
+        flat = [_writable(x).reshape(dims or (1,)) for x, dims in zip(state, state_dims)]
+        try:
+            final = fn(*flat, *arrays)
+        except NumbaError:  # a loop numba cannot type: the runtime runs it instead
+            failed[0] = True
+            return None
+        if first[0]:  # the kernels compiled (or loaded from the disk cache) inside the driver
+            first[0] = False
+            for kernel in used.values():
+                if kernel.settle is not None:
+                    kernel.settle(kernel.fn)
+        return [_unshared(x, owned).reshape(dims) for x, dims in zip(final, state_dims)]
+
+    run.source = source
+    return run
+
+
+def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | None = None) -> dict[str, Kernel]:
+    """Drivers for every eligible while step of `program` (nested ones too), each step marked
+    with its driver's name. `bodies`: the lowering's fused computation of each kernel."""
+    drivers: dict[str, Kernel] = {}
+    for step in walk(program):
+        if not eligible(step, bodies):
+            continue
+        name = "loop_" + "".join(c if c.isalnum() else "_" for c in step["name"]) + f"_{len(drivers)}"
+        drivers[name] = Kernel(_driver(step, kernels, constants, name, bodies))
+        step["native"] = name
+    return drivers

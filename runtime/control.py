@@ -1,0 +1,98 @@
+"""Control-flow steps of a program, run by the runtime itself:
+
+- `while`: {"condition": program, "body": program, "flat": bool, "native"?: name}. The state
+  is the step's inputs; while the condition's one result is true, the body maps the state to
+  the next one (`flat`: the body returns the elements; otherwise one tuple). The result is the
+  final state, one tuple value. `native` names a function among the kernels that runs the
+  whole loop (the numba backend compiles some loops so); absent from the kernels, the runtime
+  runs the loop.
+- `conditional`: {"branches": [program, ...], "tupled": [bool, ...]}. Input 0 is the branch
+  index (out of range: the last branch); the other inputs go to the branch. `tupled[k]`: branch
+  k returns the elements of a tuple result rather than one value.
+
+Both run as alias steps (their outputs are new values the planner treats as views of their
+inputs, which keeps those alive as long as the result). Inside, the nested executables run
+with their results borrowed: a state element passed along unchanged is not copied each
+iteration. Arrays the body never writes (its parameters) may be passed along that way; only a
+nested program's own constants are copied before they leave the step, so no caller ever
+writes into them. Imports numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from .executable import Executable
+
+
+def nested_programs(step: dict) -> Iterator[dict]:
+    """The programs a step runs inside itself."""
+    if step["op"] == "nested":
+        yield step["program"]
+    elif step["op"] == "while":
+        yield step["condition"]
+        yield step["body"]
+    elif step["op"] == "conditional":
+        yield from step["branches"]
+
+
+def _constant_roots(*executables: Executable) -> set[int]:
+    return {id(_root(a)) for ex in executables for a in ex.constants.values()}
+
+
+def _root(array) -> object:
+    while isinstance(getattr(array, "base", None), np.ndarray):
+        array = array.base
+    return array
+
+
+def _unshared(value, constants: set[int]):
+    """`value` with every array over a nested program's constant copied (tuples element-wise)."""
+    if isinstance(value, tuple):
+        return tuple(_unshared(v, constants) for v in value)
+    if id(_root(value)) in constants:
+        return np.array(value, copy=True)
+    return value
+
+
+def while_run(
+    condition: Executable, body: Executable, flat: bool, native: Callable | None = None
+) -> Callable:
+    """run(state) -> [final state as one tuple], for an alias step. `native(state)`, when
+    given, runs the whole loop itself (a backend's compiled loop), or returns None to leave it
+    to the runtime."""
+    constants = _constant_roots(body)
+
+    def run(state: list) -> list:
+        if native is not None:
+            final = native(list(state))
+            if final is not None:
+                return [tuple(final)]
+        state = list(state)
+        while bool(condition.borrowing_call(state)[0]):
+            results = body.borrowing_call(state)
+            state = results if flat else list(results[0])
+        return [tuple(_unshared(v, constants) for v in state)]
+
+    return run
+
+
+def conditional_run(branches: list[Executable], tupled: list[bool]) -> Callable:
+    """run([index, *operands]) -> [the chosen branch's result], for an alias step."""
+    constants = _constant_roots(*branches)
+    last = len(branches) - 1
+
+    def run(inputs: list) -> list:
+        index = int(np.asarray(inputs[0]))
+        if not 0 <= index <= last:
+            index = last
+        results = branches[index].borrowing_call(list(inputs[1:]))
+        value = tuple(results) if tupled[index] else results[0]
+        return [_unshared(value, constants)]
+
+    return run
+
+
+__all__ = ["conditional_run", "nested_programs", "while_run"]

@@ -1,0 +1,183 @@
+"""The numba backend's native loops: a while of kernels and matrix products runs as one numba
+function, with the runtime's results (any trip count, scalars and constants in the state,
+results that own their memory); a scan's stacked outputs are written a window at a time into
+a buffer the loop owns, never into the caller's array; a batched product stays with the
+runtime."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from tests.hlo.test_control import counting_loop
+from tests.runtime.test_control import passing_loop
+from xfuse.backends.numba.backend import compile_module
+from xfuse.backends.numba.compile import compile_kernel, settle
+from xfuse.backends.numba.lowering import lower
+from xfuse.backends.numba.native_loop import eligible, native_loops
+from xfuse.frontend import trace
+from xfuse.fusion import parse_pipeline, run_pipeline
+from xfuse.hlo import interpret
+from xfuse.runtime.program import Kernel, walk
+
+
+def drivers_of(module):
+    lowered = lower(module)
+    kernels = {n: Kernel(compile_kernel(s), settle) for n, s in lowered.kernels.items()}
+    return lowered, native_loops(lowered.program, kernels, lowered.constants, lowered.bodies)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 6])
+def test_a_kernel_loop_runs_natively(limit):
+    module = run_pipeline(counting_loop(limit), parse_pipeline(None)).module
+    lowered, drivers = drivers_of(module)
+    (step,) = [s for s in walk(lowered.program) if s["op"] == "while"]
+    assert step["native"] in drivers
+    assert "while True:" in drivers[step["native"]].fn.source
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    count, final = drivers[step["native"]].fn([np.int32(0), x])
+    assert count.shape == () and int(count) == limit
+    np.testing.assert_array_equal(final, x * 2.0**limit)
+    (got,) = compile_module(module)([x])
+    np.testing.assert_array_equal(got, interpret(module, x))
+
+
+@pytest.mark.parametrize("steps", [0, 3])
+def test_native_results_own_their_memory(steps):
+    module = passing_loop(steps)
+    lowered, drivers = drivers_of(module)
+    assert any("native" in s for s in walk(lowered.program))
+    executable = compile_module(module)
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    first, second = executable([x])
+    first[...] = -1
+    second[...] = -1
+    again = executable([x])
+    np.testing.assert_array_equal(again[0], [1, 2, 3])
+    np.testing.assert_array_equal(again[1], [1, 2, 3] if steps == 0 else [7, 7, 7])
+
+
+def traced(fn, *args):
+    import jax
+
+    specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
+    flat = lambda *a: jax.tree_util.tree_leaves(fn(*a))  # noqa: E731
+    module = trace(flat, specs, [f"a{k}" for k in range(len(args))], fn.__name__)
+    return run_pipeline(module, parse_pipeline(None)).module
+
+
+def test_a_loop_with_a_matrix_product_runs_natively():
+    def matrix_power(m):
+        return lax.fori_loop(0, 3, lambda i, p: p @ m, jnp.eye(4, dtype=m.dtype))
+
+    m = (np.arange(16, dtype=np.float32).reshape(4, 4) - 8) / 10
+    module = traced(matrix_power, m)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert "small_matmul(" in driver.fn.source
+    (got,) = compile_module(module)([m])
+    np.testing.assert_allclose(got, np.linalg.matrix_power(m, 3), rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_with_a_batched_product_stays_with_the_runtime():
+    def batched_power(m):
+        return lax.fori_loop(0, 3, lambda i, p: jnp.einsum("bij,bjk->bik", p, m), m)
+
+    m = np.random.default_rng(1).standard_normal((2, 3, 3)).astype(np.float32)
+    module = traced(batched_power, m)
+    lowered, drivers = drivers_of(module)
+    loops = [s for s in walk(lowered.program) if s["op"] == "while"]
+    assert loops and not drivers and not any(eligible(s, lowered.bodies) for s in loops)
+    (got,) = compile_module(module)([m])
+    np.testing.assert_allclose(got, np.einsum("bij,bjk->bik", np.einsum("bij,bjk->bik", m, m), np.einsum("bij,bjk->bik", m, m)), rtol=1e-4)
+
+
+def rnn(xs, wx, wh, b):
+    def cell(h, x):
+        h = jnp.tanh(x @ wx + h @ wh + b)
+        return h, h
+
+    return lax.scan(cell, jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype), xs)
+
+
+def rnn_inputs(steps=5, batch=3, hidden=8):
+    rng = np.random.default_rng(2)
+    xs = rng.standard_normal((steps, batch, hidden)).astype(np.float32)
+    wx, wh = (rng.standard_normal((hidden, hidden)).astype(np.float32) / hidden for _ in range(2))
+    return xs, wx, wh, rng.standard_normal(hidden).astype(np.float32)
+
+
+def test_a_scanned_rnn_runs_natively_writing_each_step_in_place():
+    import jax
+
+    args = rnn_inputs()
+    module = traced(rnn, *args)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    source = driver.fn.source
+    assert "small_matmul(" in source  # h @ wh; x_t @ wx was hoisted out of the loop
+    assert source.count("small_matmul(") == 1
+    assert ".copy()" in source and "] = " in source  # the stack is owned, written a window a step
+    got = compile_module(module)([np.copy(a) for a in args])
+    want = jax.tree_util.tree_leaves(jax.jit(rnn)(*args))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_a_stack_read_in_the_body_is_not_written_in_place():
+    """A body that reads the stacked output it updates (here its running sum) copies it."""
+
+    def running(xs):
+        def step(carry, t):
+            stack, total = carry
+            stack = lax.dynamic_update_slice(stack, xs[t][None] * 2.0, (t, 0))
+            return (stack, total + jnp.sum(stack)), None
+
+        init = (jnp.zeros_like(xs), jnp.float32(0))
+        return lax.scan(step, init, jnp.arange(xs.shape[0]))[0]
+
+    xs = np.arange(12, dtype=np.float32).reshape(4, 3)
+    module = traced(running, xs)
+    lowered, drivers = drivers_of(module)
+    for driver in drivers.values():
+        assert ".copy()" not in driver.fn.source
+    stack, total = compile_module(module)([xs])
+    np.testing.assert_array_equal(stack, xs * 2)
+    assert float(total) == float(sum((xs[: t + 1] * 2).sum() for t in range(4)))
+
+
+def test_the_callers_initial_stack_is_left_alone():
+    def fill(stack, xs):
+        def step(s, t):
+            return lax.dynamic_update_slice(s, xs[t][None], (t, 0)), None
+
+        return lax.scan(step, stack, jnp.arange(xs.shape[0]))[0]
+
+    stack = np.full((3, 2), 7.0, np.float32)
+    xs = np.arange(6, dtype=np.float32).reshape(3, 2)
+    module = traced(fill, stack, xs)
+    lowered, drivers = drivers_of(module)
+    assert any(".copy()" in d.fn.source for d in drivers.values())
+    executable = compile_module(module)
+    (got,) = executable([stack, xs])
+    np.testing.assert_array_equal(got, xs)
+    np.testing.assert_array_equal(stack, np.full((3, 2), 7.0, np.float32))
+
+
+def test_newton_iterations_match_the_interpreter():
+    def newton(x):
+        a = jnp.abs(x) + 0.5
+        state = (jnp.int32(0), a)
+        cond = lambda s: (s[0] < 40) & jnp.any(jnp.abs(s[1] * s[1] - a) > 1e-6 * a)  # noqa: E731
+        return lax.while_loop(cond, lambda s: (s[0] + 1, 0.5 * (s[1] + a / s[1])), state)
+
+    x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32) * 50
+    module = traced(newton, x)
+    lowered, drivers = drivers_of(module)
+    assert drivers
+    got = compile_module(module)([x])
+    want = interpret(module, x)
+    assert int(got[0]) == int(want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
