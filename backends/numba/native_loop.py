@@ -31,7 +31,8 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Computation, Instruction, Op, TupleShape
 from xfuse.runtime.program import Kernel, walk
 
-from .compile import compile_kernel, settle
+from . import cache
+from .compile import HEADER, compile_kernel, settle
 from .kernels import write_kernel
 from .lowering import kernel_name
 
@@ -78,6 +79,29 @@ def _matrix_product(d: dict) -> bool:
         and d["batch"] == [[], []] and d["dtype"] in ("float32", "float64")
 
 
+@numba.njit(nogil=True, error_model="numpy", cache=False)
+def put_window(target, update, starts, target_dims, update_dims):
+    """Writes `update` into the window of `target` at `starts` (both flat views of C-ordered
+    arrays of those dims): a loop over the window's rows, each a contiguous copy. (A slice
+    assignment in the driver would do the same, but numba takes seconds to compile its shape
+    checks' error messages.)"""
+    rank = len(update_dims)
+    inner = update_dims[rank - 1]
+    rows = update.size // inner if inner else 0
+    for row in range(rows):
+        rest, offset, scale = row, 0, 1
+        for d in range(rank - 1, -1, -1):
+            at = starts[d]
+            if d < rank - 1:
+                at += rest % update_dims[d]
+                rest //= update_dims[d]
+            offset += at * scale
+            scale *= target_dims[d]
+        base = row * inner
+        for j in range(inner):
+            target[offset + j] = update[base + j]
+
+
 def _eligible_program(program: dict, bodies: dict) -> bool:
     if any(spec is None or spec[1] in HALF for spec in program["param_specs"]):
         return False
@@ -113,6 +137,12 @@ def eligible(step: dict, bodies: dict | None = None) -> bool:
     """Whether a while step can run as one numba function."""
     return step["op"] == "while" and step["flat"] and _eligible_program(step["condition"], {}) \
         and _eligible_program(step["body"], bodies or {})
+
+
+def _int(value: int) -> str:
+    """An int argument of a kernel call typed as the runtime passes it (int64), not as a
+    literal: numba compiles a kernel again for each literal signature."""
+    return f"np.int64({value})"
 
 
 def _dims(dims: list) -> str:
@@ -171,6 +201,7 @@ class _Writer:
         self.bodies = bodies
         self.used: dict[str, object] = {}
         self.owned: set[int] = set()
+        self.identity: list[str] = []  # what each called kernel computes, for the cache key
 
     def emit(self, indent: str, line: str) -> None:
         self.lines.append(indent + line)
@@ -193,17 +224,19 @@ class _Writer:
             elif step["op"] == "kernel":
                 name = f"kernel_{len(self.used)}"
                 self.used[name] = self.kernels[step["kernel"]]
+                body = self.bodies.get(step["kernel"])
+                self.identity.append(f"{name}: {_digest(str(body)) if body is not None else None}")
                 packed = len(step["specs"]) > 1
                 outs = [f"{var(step['outputs'][0])}_{k}" if packed else var(step["outputs"][k])
                         for k in range(len(step["specs"]))]
                 for out, (dims, dtype) in zip(outs, step["specs"]):
                     self.emit(indent, f"{out} = np.empty({_dims(dims)}, np.{np.dtype(dtype).name})")
-                lead = ["0", str(step["rows"])]
+                lead = [_int(0), _int(step["rows"])]
                 if step.get("dot") is not None:  # an output fusion: the dot first, then the epilogue
                     d = step["dot"]
                     li, ri = d["operands"]
                     self.dot(d, ins[li], ins[ri], f"{outs[0]}_dot", indent)
-                    lead += ["0", f"{outs[0]}_dot"]
+                    lead += [_int(0), f"{outs[0]}_dot"]
                 self.emit(indent, f"{name}({', '.join(lead + ins + outs)})")
             elif step["kind"] == "element":
                 self.emit(indent, f"{var(step['outputs'][0])} = {ins[0]}_{step['index']}")
@@ -237,6 +270,8 @@ class _Writer:
                 self.emit(indent, f"{o} = np.empty((1,), np.{body[name].array_shape.dtype.numpy.name})")
                 values[name] = f"{o}[0]"
             self.call(_part(body, computed, f"{step['kernel']}_starts"), ins + outs, indent)
+        if body[update].op is Op.RESHAPE and body[update].operands[0] in index:
+            update = body[update].operands[0]  # the same elements in the same order
         if update in index:
             source = ins[index[update]]
         else:
@@ -244,25 +279,27 @@ class _Writer:
             dtype = body[update].array_shape.dtype.numpy.name
             self.emit(indent, f"{source} = np.empty({_dims(list(update_dims))}, np.{dtype})")
             self.call(_part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
-        slices = []
         for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
             self.emit(indent, f"{out}_st{j} = min(max(np.int64({values[name]}), 0), {d - u})")
-            slices.append(f"{out}_st{j}:{out}_st{j} + {u}")
         self.emit(indent, f"{out} = s{k}")
-        self.emit(indent, f"{out}[{', '.join(slices)}] = {source}.reshape({_dims(list(update_dims))})")
+        starts_text = ", ".join(f"{out}_st{j}" for j in range(len(starts)))
+        self.emit(indent, f"put_window({out}.reshape(-1), {source}.reshape(-1), np.array([{starts_text}]), "
+                          f"{tuple(dims)}, {tuple(update_dims)})")
 
     def call(self, part: Computation, args: list[str], indent: str) -> None:
         """A kernel of its own for part of a fusion, compiled now."""
         source = write_kernel(part, kernel_name(part.name), "loop")
         name = f"kernel_{len(self.used)}"
         self.used[name] = Kernel(compile_kernel(source), settle)
-        self.emit(indent, f"{name}(0, {source.rows}, {', '.join(args)})")
+        self.identity.append(f"{name}: {_digest(source.source)}")
+        self.emit(indent, f"{name}({_int(0)}, {_int(source.rows)}, {', '.join(args)})")
 
 
 def write_driver(step: dict, kernels: dict, constants: dict, name: str,
-                 bodies: dict | None = None) -> tuple[str, dict, list]:
-    """(source, kernels it calls by global name, constant arrays it takes) for a while step;
-    `bodies` (kernel name -> fused computation) lets windows be written in place."""
+                 bodies: dict | None = None) -> tuple[str, dict, list, list]:
+    """(source, kernels it calls by global name, constant arrays it takes, what each of those
+    kernels computes) for a while step; `bodies` (kernel name -> fused computation) lets
+    windows be written in place and the driver be cached."""
     n = len(step["inputs"])
     writer = _Writer(kernels, bodies or {})
     writer.lines.append("    while True:")
@@ -278,7 +315,7 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))])
     header = f"def {name}({arguments}):"
     footer = f"    return ({state}{',' if n == 1 else ''})"
-    return "\n".join([header, *writer.lines, footer]) + "\n", writer.used, writer.constants
+    return "\n".join([header, *writer.lines, footer]) + "\n", writer.used, writer.constants, writer.identity
 
 
 def _writable(x) -> np.ndarray:
@@ -295,21 +332,38 @@ def _unshared(x: np.ndarray, owned: set[int]) -> np.ndarray:
     return x.copy() if id(root) in owned else x
 
 
-def _compile(source: str, name: str, used: dict) -> Callable:
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    filename = f"<xfuse-native-loop {name} {digest}>"
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callable:
+    """The driver's numba function. Compiling it takes seconds (numba types and lowers every
+    kernel call again), so it goes through the kernel cache when every kernel it calls is
+    known by what it computes: the entry's text names them."""
+    namespace = {"np": np, "small_matmul": small_matmul, "put_window": put_window, **{key: kernel.fn for key, kernel in used.items()}}
+    text = HEADER + "".join(f"# {line}\n" for line in identity) + source
+    entry = None if any(line.endswith(": None") for line in identity) else cache.open_entry(name, text)
+    if entry is not None:
+        try:
+            loaded = cache.load_module(entry, namespace)
+        except (OSError, SyntaxError):
+            entry = None
+        else:
+            fn = numba.njit(nogil=True, cache=True)(loaded[name])
+            fn._xfuse_entry = entry
+            return fn
+    filename = f"<xfuse-native-loop {name} {_digest(source)[:12]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"np": np, "small_matmul": small_matmul, **{key: kernel.fn for key, kernel in used.items()}}
     exec(compile(source, filename, "exec"), namespace)
     return numba.njit(nogil=True, cache=False)(namespace[name])
 
 
 def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict | None) -> Callable:
     """run(state) -> the final state (a list), or None when numba cannot compile the loop."""
-    source, used, arrays = write_driver(step, kernels, constants, name, bodies)
+    source, used, arrays, identity = write_driver(step, kernels, constants, name, bodies)
     specs = step["body"]["param_specs"]
     state_dims = [tuple(dims) for dims, _ in specs]
-    fn = _compile(source, name, used)
+    fn = _compile(source, name, used, identity)
     owned = {id(a) for a in arrays}
     first, failed = [True], [False]
 
@@ -324,6 +378,7 @@ def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict 
             return None
         if first[0]:  # the kernels compiled (or loaded from the disk cache) inside the driver
             first[0] = False
+            settle(fn)
             for kernel in used.values():
                 if kernel.settle is not None:
                     kernel.settle(kernel.fn)

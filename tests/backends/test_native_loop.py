@@ -119,7 +119,7 @@ def test_a_scanned_rnn_runs_natively_writing_each_step_in_place():
     source = driver.fn.source
     assert "small_matmul(" in source  # h @ wh; x_t @ wx was hoisted out of the loop
     assert source.count("small_matmul(") == 1
-    assert ".copy()" in source and "] = " in source  # the stack is owned, written a window a step
+    assert ".copy()" in source and "put_window(" in source  # the stack is owned, written a window a step
     got = compile_module(module)([np.copy(a) for a in args])
     want = jax.tree_util.tree_leaves(jax.jit(rnn)(*args))
     for g, w in zip(got, want):
