@@ -1,18 +1,19 @@
-"""Native loops for the numba backend: a while whose condition and body are kernels and
-matrix products only (no f16/bf16, no nested programs) runs as one generated `numba.njit`
-function that calls the kernels itself, so an iteration does not return to Python. A matrix
-product (a dot, or the dot of an output fusion) of two matrices goes to BLAS through numba's
-`np.dot`. Other loops, and any loop numba fails to type on its first call, run in the runtime
-(`xfuse.runtime.control`); so do loops with a kernel large enough to split its rows over
-threads, which the runtime does and a driver does not (and where a step's Python overhead is
-small beside its work).
+"""Native loops for the numba backend: a while whose condition and body are kernels, matrix
+products and branches of those (no f16/bf16, no inner loops or nested programs) runs as one
+generated `numba.njit` function that calls the kernels itself, so an iteration does not return
+to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
+dot of an output fusion) runs in the driver's own loops when small (`SMALL_DOT`), else in BLAS
+through numba's `np.dot`. Other loops, and any loop numba fails to type on its first call,
+run in the runtime (`xfuse.runtime.control`); so do loops with a kernel large enough to split
+its rows over threads, which the runtime does and a driver does not (and where a step's
+Python overhead is small beside its work).
 
 A scan's stacked outputs are written as XLA writes them: a fusion that is only a
 dynamic_update_slice of a state element, which the body passes to nothing else and returns in
 the same place, writes just the update's window into that element's buffer, which the loop
 owns (it copies the initial value once). Otherwise each iteration would copy the whole stack.
 
-`native_loops(program, kernels)` marks each such while step with `"native": name` and returns
+`native_loops(program, kernels, constants, bodies)` marks each such while step with `"native": name` and returns
 the drivers by name, to be passed to `runtime.program.build` with the kernels. Inside a
 driver, every value is an array: a scalar is a one-element vector (as kernels take them), and
 each kernel output is a fresh array, so no iteration writes over a value another still reads.
@@ -120,6 +121,12 @@ def _eligible_program(program: dict, bodies: dict) -> bool:
                 return False
             for slot in step["outputs"]:
                 produced[slot] = "packed" if len(step["specs"]) > 1 else "array"
+        elif step["op"] == "conditional":
+            if len(set(step["tupled"])) != 1 or not all(_eligible_program(b, {}) for b in step["branches"]):
+                return False
+            if len({len(b["results"]) for b in step["branches"]}) != 1:
+                return False
+            produced[step["outputs"][0]] = "packed" if step["tupled"][0] else "array"
         elif step["op"] == "alias" and step["kind"] in ALIASES:
             kind = step["kind"]
             if kind == "element" and produced.get(step["inputs"][0]) != "packed":
@@ -206,10 +213,12 @@ class _Writer:
     def emit(self, indent: str, line: str) -> None:
         self.lines.append(indent + line)
 
-    def program(self, program: dict, prefix: str, constants: dict, indent: str, body: bool = False) -> None:
+    def program(self, program: dict, prefix: str, constants: dict, indent: str, body: bool = False,
+                args: list[str] | None = None) -> None:
+        """The statements of `program` with its parameters bound to `args` (the state)."""
         var = lambda slot: f"{prefix}{slot}"  # noqa: E731
         for k, slot in enumerate(program["params"]):
-            self.emit(indent, f"{var(slot)} = s{k}")
+            self.emit(indent, f"{var(slot)} = {args[k] if args is not None else f's{k}'}")
         for slot, key in program["constants"].items():
             array = np.array(constants[key], order="C")  # writable, as the state it may become
             self.constants.append(array.reshape(1) if array.ndim == 0 else array)
@@ -221,6 +230,8 @@ class _Writer:
                 self.window(window, step, ins, var(step["outputs"][0]), indent)
             elif step["op"] == "dot":
                 self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent)
+            elif step["op"] == "conditional":
+                self.conditional(step, ins, var(step["outputs"][0]), constants, indent)
             elif step["op"] == "kernel":
                 name = f"kernel_{len(self.used)}"
                 self.used[name] = self.kernels[step["kernel"]]
@@ -243,6 +254,23 @@ class _Writer:
             elif step["kind"] == "reshape":
                 self.emit(indent, f"{var(step['outputs'][0])} = {ins[0]}.reshape({_dims(step['dims'])})")
             # a tuple is the body's root: its elements are read as the results
+
+    def conditional(self, step: dict, ins: list[str], out: str, constants: dict, indent: str) -> None:
+        """An if/elif chain over the branches (an index out of range takes the last); each
+        assigns the same names, `out` or `out_<k>` for the elements of a tuple."""
+        branches = step["branches"]
+        last = len(branches) - 1
+        self.emit(indent, f"{out}_index = np.int64({ins[0]}[0])")
+        for k, branch in enumerate(branches):
+            test = "else:" if k == last else f"{'if' if k == 0 else 'elif'} {out}_index == {k}:"
+            self.emit(indent, test)
+            inner = indent + "    "
+            prefix = f"{out}_b{k}_"
+            self.program(branch, prefix, constants, inner, args=ins[1:])
+            results = branch["results"]
+            names = [f"{out}_{j}" for j in range(len(results))] if step["tupled"][k] else [out]
+            for name, slot in zip(names, results):
+                self.emit(inner, f"{name} = {prefix}{slot}")
 
     def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
         self.emit(indent, f"{out} = np.empty({_dims(d['dims'])}, np.{d['dtype']})")

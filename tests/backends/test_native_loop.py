@@ -181,3 +181,25 @@ def test_newton_iterations_match_the_interpreter():
     want = interpret(module, x)
     assert int(got[0]) == int(want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+def test_branches_inside_a_loop_run_natively():
+    import jax
+
+    def piecewise_walk(x):
+        def step(carry, t):
+            branch = lax.switch(t % 4 - 1, [lambda v: v * 0.5, lambda v: v + 1.0, lambda v: -v], carry)
+            kept = lax.cond(jnp.sum(branch) > 0, lambda v: (v, v * 2), lambda v: (v - 1, v), branch)
+            return kept[0], kept[1]
+
+        return lax.scan(step, x, jnp.arange(7))
+
+    x = np.array([0.5, -1.5, 2.0], np.float32)
+    module = traced(piecewise_walk, x)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert "_index == 1:" in driver.fn.source and "else:" in driver.fn.source
+    got = compile_module(module)([x])
+    want = jax.tree_util.tree_leaves(jax.jit(piecewise_walk)(x))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
