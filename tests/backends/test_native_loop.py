@@ -76,7 +76,7 @@ def test_a_loop_with_a_matrix_product_runs_natively():
     module = traced(matrix_power, m)
     lowered, drivers = drivers_of(module)
     (driver,) = drivers.values()
-    assert "small_matmul(" in driver.fn.source
+    assert "small_matmul_t(" in driver.fn.source  # m is invariant: transposed once, before the loop
     (got,) = compile_module(module)([m])
     np.testing.assert_allclose(got, np.linalg.matrix_power(m, 3), rtol=1e-5, atol=1e-6)
 
@@ -117,8 +117,7 @@ def test_a_scanned_rnn_runs_natively_writing_each_step_in_place():
     lowered, drivers = drivers_of(module)
     (driver,) = drivers.values()
     source = driver.fn.source
-    assert "small_matmul(" in source  # h @ wh; x_t @ wx was hoisted out of the loop
-    assert source.count("small_matmul(") == 1
+    assert source.count("small_matmul_t(") == 1  # h @ wh; x_t @ wx was hoisted out of the loop
     assert ".copy()" in source and "put_window(" in source  # the stack is owned, written a window a step
     got = compile_module(module)([np.copy(a) for a in args])
     want = jax.tree_util.tree_leaves(jax.jit(rnn)(*args))
@@ -203,3 +202,37 @@ def test_branches_inside_a_loop_run_natively():
     want = jax.tree_util.tree_leaves(jax.jit(piecewise_walk)(x))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 7, 3), (4, 16, 2), (1, 1, 1), (9, 3, 6)])
+def test_small_products_match_numpy_with_special_values(m, k, n):
+    """Both of the driver's own matrix products, at sizes that leave row and column tails."""
+    from xfuse.backends.numba.native_loop import small_matmul, small_matmul_t
+
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[0, 0], b[-1, -1] = np.nan, np.inf
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for product, rhs in ((small_matmul, b), (small_matmul_t, np.ascontiguousarray(b.T))):
+        out = np.full((m, n), 7.0, np.float32)
+        product(a, rhs, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_multiplying_by_an_invariant_matrix_transposes_it_once():
+    import jax
+
+    def powers(x, m):
+        return lax.scan(lambda h, _: (h @ m, h), x, None, length=5)
+
+    rng = np.random.default_rng(4)
+    x, m = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 5)).astype(np.float32) / 3
+    module = traced(powers, x, m)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert "small_matmul_t(" in driver.fn.source and "np.ascontiguousarray(" in driver.fn.source
+    got = compile_module(module)([x, m])
+    want = jax.tree_util.tree_leaves(jax.jit(powers)(x, m))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
