@@ -26,9 +26,10 @@ from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
 # A kernel is split across threads when its estimated work (elements, with each transcendental
 # op counted as TRANSCENDENTAL_WORK more) reaches PARALLEL_MIN_WORK: handing a chunk to a pool
-# thread and waiting for it costs about 50 us on these machines, the time of some 2**18 cheap
-# element operations, so smaller kernels run on the calling thread.
-PARALLEL_MIN_WORK = 1 << 19
+# thread and waiting for it costs 50-75 us on these machines, and a unit of work about 0.1 ns,
+# so a split pays from some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats,
+# 0.6M units, took 58 us on one thread and 102 us split in two).
+PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_WORK = 4
 LANES = 8  # accumulators of a vectorised row reduction
 TRANSCENDENTAL_OPS = {

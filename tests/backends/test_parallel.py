@@ -85,8 +85,8 @@ WORKLOADS = ["mlp_softmax", "row_softmax", "layer_norm", "chain"]
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_large_kernels_run_on_several_threads(two_threads, name):
-    fn, args = inputs(name, 2048, 512)
-    assert 2048 * 512 >= PARALLEL_MIN_WORK
+    fn, args = inputs(name, 4096, 512)
+    assert 4096 * 512 >= PARALLEL_MIN_WORK
     compiled = xfuse.jit(fn).lower(*args).compile()
     got = compiled(*args)
     assert two_threads.submitted >= 1, f"{name}: no kernel was split"
