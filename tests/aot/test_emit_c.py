@@ -111,7 +111,7 @@ CASES = {
             (normal(64, 512), normal(512, 1024) / 16, normal(1024)), DOT, {}),
     "layer_norm": (layer_norm, (normal(64, 256) * 3 + 1, normal(256), normal(256)), {}, {}),
     "activations": (lambda x: jax.nn.sigmoid(jnp.tanh(x) * 2.0 + 1.0) * jnp.tanh(x - 0.5),
-                    (normal(256, 512),), {}, {}),
+                    (normal(512, 512),), {}, {}),  # work past PARALLEL_MIN_WORK: split over threads
     "two_outputs": (lambda x, y: (jnp.tanh(x @ W) + 1.0, (x - y).sum(-1)),
                     (normal(16, 128), normal(16, 128)), DOT, {}),
     "batched": (lambda a, b: jnp.exp(jnp.einsum("bij,bjk->bik", a, b) / 8),
