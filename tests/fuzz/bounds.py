@@ -315,6 +315,12 @@ def _reduction(step: Step, values, bounds, y) -> Bound:
             small = _reduced(np.minimum(logs, 0), axes, keep)
             top, bottom = np.log2(float(acc.max)), np.log2(float(acc.smallest_normal))
             wild |= ((big > top) & (big + small < top)) | ((small < bottom) & (big + small > bottom))
+            # the order of a product is free: a zero times partial products past the maximum
+            # may be 0 * inf (NaN), an infinity times partial products below the smallest
+            # normal may be inf * 0
+            zero = _reduced(fin & (x == 0), axes, keep, np.any)
+            infinite = _reduced(np.isinf(x), axes, keep, np.any)
+            wild |= (zero & (big > top)) | (infinite & (small < bottom))
             nonfinite = _reduced(~fin, axes, keep, np.any)
             maybe_zero = _reduced((b.err > 0) & (np.abs(x) <= b.err), axes, keep, np.any)
             wild |= nonfinite & maybe_zero

@@ -134,6 +134,22 @@ def test_a_saved_case_reloads_with_its_bounds(tmp_path):
     assert set(arrays) >= {"want0", "err0", "wild0", "source"}
 
 
+def test_a_product_whose_order_decides_between_zero_and_nan_is_wild():
+    """prod(0, 1, ..., 129) is 0 in order, NaN when the other factors are multiplied first
+    (their product passes the float32 maximum): an XLA reduction may take either order."""
+    program = _program("jnp.prod(a0, axis=(0,), keepdims=False)", [Value("a0", (130,), "float32")],
+                       "prod", ((0,), False), Value("v0", (), "float32"))
+    inputs = [np.arange(130, dtype=np.float32)]
+    want, bounds = evaluate(program, inputs)
+    assert bool(bounds[0].wild)  # (jax's own eager product gives NaN here)
+    for either in (np.float32(0.0), np.float32(np.nan)):
+        assert not compare(either, want[0], bounds[0]).any()
+    inputs = [np.arange(1, 6, dtype=np.float32)]  # no zero: exact
+    want, bounds = evaluate(program, inputs)
+    assert float(want[0]) == 120.0 and not bool(bounds[0].wild)
+    assert compare(np.float32(np.nan), want[0], bounds[0]).any()
+
+
 def test_f16_sums_must_accumulate_in_f32_as_jax_does():
     """A sum of many f16 terms rounded to f16 after every addition (not as jax does it) is
     outside the bound; one accumulated in f32 and rounded once is inside."""
