@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .executable import Executable
+from .executable import Executable, _root
 
 
 def nested_programs(step: dict) -> Iterator[dict]:
@@ -42,16 +42,10 @@ def _constant_roots(*executables: Executable) -> set[int]:
     return {id(_root(a)) for ex in executables for a in ex.constants.values()}
 
 
-def _root(array) -> object:
-    while isinstance(getattr(array, "base", None), np.ndarray):
-        array = array.base
-    return array
-
-
-def _unshared(value, constants: set[int]):
+def unshared(value, constants: set[int]):
     """`value` with every array over a nested program's constant copied (tuples element-wise)."""
     if isinstance(value, tuple):
-        return tuple(_unshared(v, constants) for v in value)
+        return tuple(unshared(v, constants) for v in value)
     if id(_root(value)) in constants:
         return np.array(value, copy=True)
     return value
@@ -74,7 +68,7 @@ def while_run(
         while bool(condition.borrowing_call(state)[0]):
             results = body.borrowing_call(state)
             state = results if flat else list(results[0])
-        return [tuple(_unshared(v, constants) for v in state)]
+        return [tuple(unshared(v, constants) for v in state)]
 
     return run
 
@@ -90,9 +84,9 @@ def conditional_run(branches: list[Executable], tupled: list[bool]) -> Callable:
             index = last
         results = branches[index].borrowing_call(list(inputs[1:]))
         value = tuple(results) if tupled[index] else results[0]
-        return [_unshared(value, constants)]
+        return [unshared(value, constants)]
 
     return run
 
 
-__all__ = ["conditional_run", "nested_programs", "while_run"]
+__all__ = ["conditional_run", "nested_programs", "unshared", "while_run"]

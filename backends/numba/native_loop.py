@@ -30,6 +30,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from xfuse.hlo import Computation, Instruction, Op, TupleShape
+from xfuse.runtime.control import unshared
 from xfuse.runtime.program import Kernel, walk
 
 from . import cache
@@ -404,14 +405,6 @@ def _writable(x) -> np.ndarray:
     return x if x.flags.writeable else x.copy()
 
 
-def _unshared(x: np.ndarray, owned: set[int]) -> np.ndarray:
-    """`x`, copied when it is (a view of) a constant the driver holds."""
-    root = x
-    while isinstance(getattr(root, "base", None), np.ndarray):
-        root = root.base
-    return x.copy() if id(root) in owned else x
-
-
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -463,7 +456,7 @@ def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict 
             for kernel in used.values():
                 if kernel.settle is not None:
                     kernel.settle(kernel.fn)
-        return [_unshared(x, owned).reshape(dims) for x, dims in zip(final, state_dims)]
+        return [unshared(x, owned).reshape(dims) for x, dims in zip(final, state_dims)]
 
     run.source = source
     return run
