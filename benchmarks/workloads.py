@@ -115,6 +115,17 @@ def jax_rnn_scan(xs, wx, wh, b):
     return jax.lax.scan(cell, h0, xs)[1]
 
 
+def jax_leaky_scan(xs):
+    import jax
+    import jax.numpy as jnp
+
+    def cell(h, x):
+        h = jnp.tanh(h * 0.9 + x)
+        return h, h
+
+    return jax.lax.scan(cell, jnp.zeros(xs.shape[1:], xs.dtype), xs)[1]
+
+
 # --------------------------------------------------------------------------- NumPy versions
 # Written as a careful NumPy user would: in place where that saves a pass over memory. They
 # also serve as the float64 reference (called on float64 copies of the inputs).
@@ -199,6 +210,17 @@ def np_rnn_scan(xs, wx, wh, b):
         h += np.matmul(hs[t - 1], wh) if t else 0.0
         h += b
         hs[t] = np.tanh(h, out=h)
+    return hs
+
+
+def np_leaky_scan(xs):
+    hs = np.empty_like(xs)
+    h = np.zeros(xs.shape[1:], xs.dtype)
+    for t in range(xs.shape[0]):
+        h *= xs.dtype.type(0.9)
+        h += xs[t]
+        np.tanh(h, out=h)
+        hs[t] = h
     return hs
 
 
@@ -336,6 +358,15 @@ WORKLOADS: tuple[Workload, ...] = (
         numpy_fn=np_rnn_scan,
         flops=2 * 2 * 128 * 16 * 256 * 256,
         scales=(1.0, 0.5 / 16.0, 0.5 / 16.0, 0.1),
+    ),
+    Workload(
+        name="leaky_scan_1000x4096",
+        description="h = tanh(0.9 h + x_t) scanned over 1000 steps of 4096 floats (elementwise)",
+        shapes=((1000, 4096),),
+        out_shape=(1000, 4096),
+        jax_fn=jax_leaky_scan,
+        numpy_fn=np_leaky_scan,
+        memory_bound=True,
     ),
     Workload(
         name="tiny_add_4",

@@ -5,7 +5,8 @@ its bytes are what it reads (its operands) and writes (its result). May import x
 
 from __future__ import annotations
 
-from xfuse.hlo import Module, Op
+from xfuse.hlo import Computation, Module, Op
+from xfuse.hlo.scan import ScanLoop, scan_loop
 
 from .cost import instruction_flops
 from .fuse import UNCOUNTED
@@ -22,6 +23,8 @@ def cost_analysis(module: Module) -> dict:
             body = module[inst.attr("calls")]
             flops = sum(instruction_flops(body, i) for i in body.instructions)
             kind = inst.attr("kind")
+            if kind == "scan":
+                flops += _scan_flops(module, body)
         else:
             flops = instruction_flops(entry, inst)
             kind = str(inst.op)
@@ -39,3 +42,13 @@ def cost_analysis(module: Module) -> dict:
         "bytes accessed": float(sum(k["bytes accessed"] for k in kernels)),
         "kernels": kernels,
     }
+
+
+def _scan_flops(module: Module, comp: Computation) -> int:
+    """A scan fusion's loop: its body's flops once per step."""
+    loop = next((i for i in comp.instructions if i.op is Op.WHILE), None)
+    plan = scan_loop(module, comp, loop) if loop is not None else None
+    if not isinstance(plan, ScanLoop):
+        return 0
+    body = module[loop.attr("body")]
+    return plan.trips * sum(instruction_flops(body, i) for i in body.instructions)

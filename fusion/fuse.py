@@ -1,7 +1,8 @@
 """The `fuse` pass: partitions each non-fusion computation into kernels and outlines them.
 
 Runs on the entry and on computations reached through `call`; the bodies of existing fusions
-are left alone. The reports of each run are kept on the pass (`reports`). May import xfuse.hlo
+are left alone. First, every while that is an elementwise scan becomes a scan fusion
+(`fusion.scan`; `scan=False` turns that off). The reports of each run are kept on the pass (`reports`). May import xfuse.hlo
 and networkx.
 """
 
@@ -16,6 +17,7 @@ from .outline import Outliner
 from .partition import partition
 from .pipeline import register
 from .report import DecisionInfo, FusionReport
+from .scan import fusion_bodies, scan_fusions
 from .space import fusible
 
 UNCOUNTED = {Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.OPTIMIZATION_BARRIER}
@@ -36,20 +38,19 @@ class Fuse:
     name: str = "fuse"
     machine: Machine = DEFAULT_MACHINE
     reports: list = field(default_factory=list, compare=False, repr=False)
+    scan: bool = True
 
     def run(self, module: Module) -> Module:
-        fusion_bodies = {
-            inst.attr("calls")
-            for comp in module.computations
-            for inst in comp.instructions
-            if inst.op is Op.FUSION
-        }
-        taken = {c.name for c in module.computations}
         report = FusionReport(module.name)
+        original = module
+        if self.scan:
+            module, report.fusions, report.decisions = scan_fusions(module)
+        skipped = fusion_bodies(module)
+        taken = {c.name for c in module.computations}
         new_comps: list[Computation] = []
-        changed = False
+        changed = module is not original
         for comp in module.computations:
-            if comp.name in fusion_bodies or not any(fusible(i) for i in comp.instructions):
+            if comp.name in skipped or not any(fusible(i) for i in comp.instructions):
                 new_comps.append(comp)
                 continue
             part = partition(comp, self.machine)

@@ -160,7 +160,7 @@ class Op(enum.Enum):
         return OPS[self]
 
 
-FUSION_KINDS = ("loop", "input", "output", "multi_output", "custom")  # custom: a plugin kernel
+FUSION_KINDS = ("loop", "input", "output", "multi_output", "scan", "custom")  # custom: a plugin kernel
 ROUNDING_METHODS = ("away_from_zero", "to_nearest_even")
 
 

@@ -18,6 +18,7 @@ from xfuse.hlo import Computation, Instruction, Kind, Module, Op, Shape, TupleSh
 from .library_steps import LIBRARY_OPS, library_step
 from .control import control_step
 from .kernels import KernelSource, flattenable, output_shapes, space_of, write_kernel
+from .scan import write_scan_kernel
 from .prepare import canonical, inline_calls
 
 
@@ -95,6 +96,13 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict
             # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
             # nothing here can be seen, so the step only makes the empty tuple.
             steps.append({"op": "alias", "kind": "tuple", **common, "inputs": []})
+        elif inst.op is Op.FUSION and (scan := _scan_step(module, inst, common, out, prefix)) is not None:
+            if len(inst.shape.elements) == 1:  # as below: the kernel's one output, then its tuple
+                array = slots[(inst.name, 0)] = len(slots)
+                steps.append({**scan, "outputs": [array]})
+                steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
+            else:
+                steps.append(scan)
         elif inst.op is Op.FUSION and _plumbing(inline_calls(module, module[inst.attr("calls")])):
             called = module[inst.attr("calls")]
             inner = _lower(module, called, out, f"{prefix}{inst.name}.")
@@ -159,12 +167,33 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
     return step
 
 
+def _scan_step(module: Module, inst: Instruction, common: dict, out: Lowered, prefix: str) -> dict | None:
+    """The kernel step of a scan fusion (`scan.write_scan_kernel`), or None: not a scan
+    fusion, or one whose loop runs step by step (as a nested program)."""
+    if inst.attr("kind") != "scan":
+        return None
+    body = canonical(inline_calls(module, module[inst.attr("calls")]))
+    name = kernel_name(prefix + inst.name)
+    while name in out.kernels:
+        name += "_"
+    source = write_scan_kernel(module, body, name)
+    if source is None:
+        return None
+    out.kernels[name] = source
+    out.bodies[name] = body
+    return {"op": "kernel", **common, "kernel": name, "label": f"scan fusion {body.name}",
+            "specs": [entry(s) for s in source.outputs], "params": [entry(body[p].array_shape) for p in source.params],
+            "rows": source.rows, "parallel": source.parallel, "in_place": False, "dot": None}
+
+
 def _plumbing(body: Computation) -> bool:
     """A fusion no single kernel can hold (tuples passed around inside it, or members outside
     the one iteration space a kernel has): it runs as a nested program, each op on its own.
     The fusion pass makes none of these; hand-written or generated modules may."""
     root = body.root_instruction
     if any(isinstance(i.shape, TupleShape) for i in body.instructions if i is not root):
+        return True
+    if any(i.op in LIBRARY_OPS for i in body.instructions):  # steps of their own, not kernel code
         return True
     if isinstance(root.shape, TupleShape) and (
             root.op is not Op.TUPLE or any(isinstance(e, TupleShape) for e in root.shape.elements)):

@@ -129,6 +129,9 @@ CASES = {
                  (rng.integers(-9, 9, (12, 20)).astype(np.int32), rng.integers(-9, 9, (20, 7)).astype(np.int32)),
                  {}, {}),
     "vectors": (lambda a, b: jnp.dot(a, b), (normal(300), normal(300)), DOT, {}),
+    # a scan fusion: the time loop inside one kernel, its blocks split over threads
+    "scan": (lambda h, xs: jax.lax.scan(lambda c, x: (jnp.tanh(c * 0.9 + x), c - x), h, xs),
+             (normal(1100), normal(500, 1100)), {}, {}),
     # results that are an argument or a constant are copied out
     "passthrough": (lambda x: (x, x + 1.0, jnp.float32(2.5)), (normal(3, 5),), {}, {}),
 }
@@ -141,6 +144,7 @@ SHOWS = {
     "strided": "xf_offsets(xf_am, 2, xf_am_dims, xf_am_strides);",
     "integers": "k_reduce_sum_2(0, 1, (int32_t *)outputs[0], (int32_t *)outputs[1])",
     "passthrough": "memmove(outputs[2], xf_const_c0, 4);",
+    "scan": "for (int64_t t = 0; t < 500; ++t) {",
 }
 
 

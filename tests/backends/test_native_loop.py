@@ -2,7 +2,8 @@
 function, with the runtime's results (any trip count, scalars and constants in the state,
 results that own their memory); a scan's stacked outputs are written a window at a time into
 a buffer the loop owns, never into the caller's array; a batched product stays with the
-runtime."""
+runtime. The pipeline here leaves out scan fusion, which would make the elementwise loops
+one kernel each (tests/fusion/test_scan.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from xfuse.backends.numba.compile import compile_kernel, settle
 from xfuse.backends.numba.lowering import lower
 from xfuse.backends.numba.native_loop import eligible, native_loops
 from xfuse.frontend import trace
-from xfuse.fusion import parse_pipeline, run_pipeline
+from xfuse.fusion import Fuse, parse_pipeline, run_pipeline
 from xfuse.hlo import interpret
 from xfuse.runtime.program import Kernel, walk
+
+
+STEP_BY_STEP = [*parse_pipeline("simplify,fold,cse,licm,dce"), Fuse(scan=False)]
 
 
 def drivers_of(module):
@@ -31,7 +35,7 @@ def drivers_of(module):
 
 @pytest.mark.parametrize("limit", [0, 1, 6])
 def test_a_kernel_loop_runs_natively(limit):
-    module = run_pipeline(counting_loop(limit), parse_pipeline(None)).module
+    module = run_pipeline(counting_loop(limit), STEP_BY_STEP).module
     lowered, drivers = drivers_of(module)
     (step,) = [s for s in walk(lowered.program) if s["op"] == "while"]
     assert step["native"] in drivers
@@ -65,7 +69,7 @@ def traced(fn, *args):
     specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
     flat = lambda *a: jax.tree_util.tree_leaves(fn(*a))  # noqa: E731
     module = trace(flat, specs, [f"a{k}" for k in range(len(args))], fn.__name__)
-    return run_pipeline(module, parse_pipeline(None)).module
+    return run_pipeline(module, STEP_BY_STEP).module
 
 
 def test_a_loop_with_a_matrix_product_runs_natively():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xfuse.fusion import LoopInvariantCodeMotion, parse_pipeline, run_pipeline
+from xfuse.fusion import Fuse, LoopInvariantCodeMotion, parse_pipeline, run_pipeline
 from xfuse.hlo import Builder, DType, Module, Op, Shape, interpret, verify
 
 F32 = Shape(DType.F32, (4, 8))
@@ -88,9 +88,11 @@ def test_licm_keeps_the_tuple_for_a_loop_returned_whole():
         np.testing.assert_array_equal(got, want)
 
 
-def test_default_pipeline_fuses_inside_the_body():
+def test_pipeline_fuses_inside_the_body():
+    """Without scan fusion (which makes this elementwise loop one kernel, below)."""
     module = loop_module()
-    result = run_pipeline(module, parse_pipeline(None), verify_passes=True)
+    passes = [*parse_pipeline("simplify,fold,cse,licm,dce"), Fuse(scan=False)]
+    result = run_pipeline(module, passes, verify_passes=True)
     assert "licm" in [r.name for r in result.history]
     after = result.module
     body = after["loop.body"]
@@ -98,6 +100,15 @@ def test_default_pipeline_fuses_inside_the_body():
     assert len(fusions) >= 1
     elementwise = {Op.TANH, Op.MUL, Op.ADD}
     assert not any(i.op in elementwise and i.shape == F32 for i in body.instructions)
+    x, w = arguments()
+    np.testing.assert_allclose(interpret(after, x, w), interpret(module, x, w), rtol=1e-6)
+
+
+def test_default_pipeline_makes_the_elementwise_loop_a_scan_fusion():
+    module = loop_module()
+    after = run_pipeline(module, parse_pipeline(None), verify_passes=True).module
+    (fusion,) = [i for i in after.entry_computation.instructions if i.op is Op.FUSION]
+    assert fusion.attr("kind") == "scan"
     x, w = arguments()
     np.testing.assert_allclose(interpret(after, x, w), interpret(module, x, w), rtol=1e-6)
 
