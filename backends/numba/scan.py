@@ -1,13 +1,13 @@
 """The kernel of a scan fusion (`fusion(kind=scan)`, see `xfuse.fusion.scan`): the space S of
-the carries is flattened to n elements and cut into blocks of `BLOCK`; for each block, the
+the carries is flattened to n elements and cut into blocks of `BLOCK`; for each run of blocks, the
 carries start in the output buffers, then the time loop runs inside the block, each step an
 elementwise loop over the block's elements that reads the carries, the step's row of every
-xs and writes the step's row of every stack and the carries back. A block's carries stay in
-L1 through all the steps; the element loop vectorises as a loop kernel's does; blocks are
-the kernel's rows, so the runtime splits a large scan over its threads, which no step-by-step
-loop can do.
+xs and writes the step's row of every stack and the carries back. A call takes up to CHUNK
+blocks at once, whose carries stay in cache through all the steps; the element loop
+vectorises as a loop kernel's does; blocks are the kernel's rows, so the runtime splits a
+large scan over its threads, which no step-by-step loop can do.
 
-    for b in range(row_start, row_end):          # blocks of S
+    for b in range(row_start, row_end, CHUNK):   # up to CHUNK blocks of S at a time
         lo, hi = ...
         for f in range(lo, hi): carries' initial values into the outputs
         (stacks whose rows the steps do not all write: their initial rows, likewise)
@@ -28,7 +28,14 @@ from xfuse.hlo.scan import ScanLoop, scan_loop
 from .emitter import Emitter, Ix, np_name
 from .kernels import PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, TRANSCENDENTAL_WORK, KernelSource, output_shapes
 
-BLOCK = 512  # elements per block: a few carries of 2 KiB stay in L1 through every step
+# Elements per block (a row of the kernel, the unit the runtime splits over threads), and the
+# blocks a call takes at once. Each step reads a block's part of a row of xs: the longer the
+# run, the better the prefetchers keep up (h = tanh(0.9 h + x_t), 1000 steps of 4096 floats on
+# one thread: 8.1 ms in blocks of 1024, 6.6 ms in 4096, 4.2 ms for one pass over the same 4M
+# elements; with no tanh, 4.0 ms in blocks of 1024, 2.2 ms in 4096 and in one pass), while
+# four f32 carries of 4096 elements still fit in L2.
+BLOCK = 1024
+CHUNK = 4
 
 
 def write_scan_kernel(module: Module, comp: Computation, name: str) -> KernelSource | None:
@@ -247,9 +254,9 @@ class _ScanWriter:
     def render(self, inits: list[str], copies: list, stores: list[str], scalars: list) -> list[str]:
         statements = self.emitter.statements
         lines = [f"    {s}" for s in statements.get(0, [])]
-        lines += ["    for b in range(row_start, row_end):",
+        lines += [f"    for b in range(row_start, row_end, {CHUNK}):",
                   f"        lo = b * {BLOCK}",
-                  f"        hi = min(lo + {BLOCK}, {self.n})"]
+                  f"        hi = min(min(b + {CHUNK}, row_end) * {BLOCK}, {self.n})"]
         if inits:
             lines.append("        for f in range(lo, hi):")
             lines += [f"            {s}" for s in statements.get(3, []) + inits]
