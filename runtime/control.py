@@ -6,6 +6,9 @@
   final state, one tuple value. `native` names a function among the kernels that runs the
   whole loop (the numba backend compiles some loops so); absent from the kernels, the runtime
   runs the loop.
+  `owned`: state elements the body writes in place (a kernel step's `window`: {"target":
+  input index, "parts": program computing (update, *starts), "dims", "update_dims"}), which
+  the loop copies once before its first iteration.
 - `conditional`: {"branches": [program, ...], "tupled": [bool, ...]}. Input 0 is the branch
   index (out of range: the last branch); the other inputs go to the branch. `tupled[k]`: branch
   k returns the elements of a tuple result rather than one value.
@@ -36,6 +39,8 @@ def nested_programs(step: dict) -> Iterator[dict]:
         yield step["body"]
     elif step["op"] == "conditional":
         yield from step["branches"]
+    elif "window" in step:
+        yield step["window"]["parts"]
 
 
 def _constant_roots(*executables: Executable) -> set[int]:
@@ -52,11 +57,12 @@ def unshared(value, constants: set[int]):
 
 
 def while_run(
-    condition: Executable, body: Executable, flat: bool, native: Callable | None = None
+    condition: Executable, body: Executable, flat: bool, native: Callable | None = None, owned=()
 ) -> Callable:
     """run(state) -> [final state as one tuple], for an alias step. `native(state)`, when
     given, runs the whole loop itself (a backend's compiled loop), or returns None to leave it
-    to the runtime."""
+    to the runtime. `owned`: the state elements the body writes in place (windows), copied
+    once before the loop so no caller's array is written."""
     constants = _constant_roots(body)
 
     def run(state: list) -> list:
@@ -65,6 +71,8 @@ def while_run(
             if final is not None:
                 return [tuple(final)]
         state = list(state)
+        for k in owned:
+            state[k] = np.array(state[k], copy=True)
         while bool(condition.borrowing_call(state)[0]):
             results = body.borrowing_call(state)
             state = results if flat else list(results[0])
@@ -89,4 +97,22 @@ def conditional_run(branches: list[Executable], tupled: list[bool]) -> Callable:
     return run
 
 
-__all__ = ["conditional_run", "nested_programs", "unshared", "while_run"]
+def window_run(window: dict, parts: Executable) -> Callable:
+    """run(inputs) -> [the target input], its window at the (clamped) starts replaced by the
+    update, in place; `parts` computes (update, *starts) from the inputs."""
+    target, dims, update_dims = window["target"], window["dims"], tuple(window["update_dims"])
+
+    def run(inputs: list) -> list:
+        update, *starts = parts.borrowing_call(list(inputs))
+        at = []
+        for s, d, u in zip(starts, dims, update_dims):
+            first = min(max(int(np.asarray(s)), 0), d - u)
+            at.append(slice(first, first + u))
+        array = inputs[target]
+        array[tuple(at)] = np.asarray(update).reshape(update_dims)
+        return [array]
+
+    return run
+
+
+__all__ = ["conditional_run", "nested_programs", "unshared", "while_run", "window_run"]

@@ -8,6 +8,8 @@ constants)` turns them into an `Executable`. Steps:
   (output fusions: `fn(row_start, row_end, dot_start, dot, *inputs, *outputs)`, the dot's
   result computed here by BLAS a block of rows at a time, or straight into the output).
   f16/bf16 values are converted to f32 at the kernel boundary, as XLA:CPU does in its fusions.
+  With a `window` (in a loop body), the step writes only a window of one input, in place
+  (`runtime.control.window_run`).
 - `dot`: a dot_general through numpy's matmul (BLAS).
 - `alias`: a tuple, a tuple element or a reshape: views, no work.
 - `nested`: a program of its own (a fusion no single kernel holds), run as one step.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .control import conditional_run, nested_programs, while_run
+from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
 from .parallel import run_rows
@@ -283,6 +285,9 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
         elif op == "dot":
             specs = (spec((s["dims"], s["dtype"])),)
             steps.append(Step(s["name"], "blas", dot_run(s), inputs, outputs, specs, "dot_general"))
+        elif op == "kernel" and "window" in s:
+            parts = build(s["window"]["parts"], kernels, constants, sources)
+            steps.append(Step(s["name"], "alias", window_run(s["window"], parts), inputs, outputs, label=s["label"]))
         elif op == "kernel":
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
@@ -297,7 +302,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             condition = build(s["condition"], kernels, constants, sources)
             body = build(s["body"], kernels, constants, sources)
             native = kernels.get(s.get("native", ""))
-            run = while_run(condition, body, s["flat"], native.fn if native is not None else None)
+            run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
             steps.append(Step(s["name"], "alias", run, inputs, outputs, label=s["label"]))
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xfuse.hlo import Computation, Instruction, Kind, Module, Op, Shape, TupleShape
+from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
 
 from .library_steps import LIBRARY_OPS, library_step
-from .control import control_step
+from .control import control_step, entry, kernel_name, window
 from .kernels import KernelSource, flattenable, output_shapes, space_of, write_kernel
 from .scan import write_scan_kernel
 from .prepare import canonical, inline_calls
@@ -32,10 +32,6 @@ class Lowered:
     bodies: dict[str, Computation] = field(default_factory=dict)  # kernel name -> computation
 
 
-def entry(shape: Shape) -> list:
-    return [list(shape.dims), shape.dtype.numpy.name]
-
-
 def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
     """A one-instruction computation, so an unfused op compiles like a fusion."""
     params = []
@@ -47,10 +43,6 @@ def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
     return Computation(f"single_{inst.op.value}", (*params, body), "single")
 
 
-def kernel_name(name: str) -> str:
-    return "k_" + "".join(c if c.isalnum() else "_" for c in name)
-
-
 def lower(module: Module, prefix: str = "") -> Lowered:
     """The program of `module`; its kernel names start with `k_` and `prefix`."""
     out = Lowered({})
@@ -58,7 +50,7 @@ def lower(module: Module, prefix: str = "") -> Lowered:
     return out
 
 
-def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict:
+def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_body: bool = False) -> dict:
     body = inline_calls(module, comp)
     slots: dict[str | tuple, int] = {}  # names, and (name, 0) for the array in a 1-tuple
     steps: list[dict] = []
@@ -91,7 +83,7 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict
         elif inst.op in LIBRARY_OPS:
             steps.append(library_step(inst, common))
         elif inst.op in (Op.WHILE, Op.CONDITIONAL):
-            steps.append(control_step(module, inst, common, lambda c, p: _lower(module, c, out, p), prefix))
+            steps.append(control_step(module, inst, common, lambda c, p, b: _lower(module, c, out, p, b), prefix))
         elif inst.shape == TupleShape(()):
             # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
             # nothing here can be seen, so the step only makes the empty tuple.
@@ -116,7 +108,12 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str) -> dict
             steps.append(_kernel_step(module, body, inst, {**common, "outputs": [array]}, out, prefix))
             steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
         else:
-            steps.append(_kernel_step(module, body, inst, common, out, prefix))
+            step = _kernel_step(module, body, inst, common, out, prefix)
+            if loop_body and inst.op is Op.FUSION and step["dot"] is None:
+                made = window(body, inst, out.bodies[step["kernel"]], step["kernel"], out)
+                if made is not None:
+                    step["window"] = made
+            steps.append(step)
     return {
         "params": params,
         "results": _results(body, slots),

@@ -29,14 +29,14 @@ import numba
 import numpy as np
 from numba.core.errors import NumbaError
 
-from xfuse.hlo import Computation, Instruction, Op, TupleShape
+from xfuse.hlo import Computation, Op
 from xfuse.runtime.control import unshared
 from xfuse.runtime.program import Kernel, walk
 
 from . import cache
 from .compile import HEADER, compile_kernel, settle
 from .kernels import write_kernel
-from .lowering import kernel_name
+from .control import kernel_name, part
 
 HALF = ("float16", "bfloat16")
 # Products up to this many multiply-adds run in the driver's own loops: BLAS's threads cost
@@ -157,7 +157,7 @@ def _eligible_program(program: dict, bodies: dict) -> bool:
         elif step["op"] == "kernel":
             if step.get("dot") is not None and not _matrix_product(step["dot"]):
                 return False
-            if step["parallel"] and _window(step, program, bodies.get(step["kernel"])) is None:
+            if step["parallel"] and _window(step) is None:
                 return False
             if any(d in HALF for _, d in step["specs"] + step["params"]):
                 return False
@@ -199,43 +199,12 @@ def _dims(dims: list) -> str:
     return repr(shape)
 
 
-def _window(step: dict, program: dict, body) -> tuple | None:
-    """(state index, update, starts) when a kernel step is a dynamic_update_slice of a state
-    element that may be written in place (see the module's docstring), else None. `update` is
-    the update's name in `body` and its dims; `starts` the names of the start indices."""
-    if body is None or step.get("dot") is not None or len(step["specs"]) != 1:
-        return None
-    root = body.root_instruction
-    if root.op is not Op.DYNAMIC_UPDATE_SLICE or root.array_shape.rank == 0:
-        return None
-    index = {p.name: k for k, p in enumerate(body.parameters)}
-    target = root.operands[0]
-    if target not in index or any(target in i.operands for i in body.instructions if i is not root) \
-            or root.operands.count(target) != 1:
-        return None
-    slot, out = step["inputs"][index[target]], step["outputs"][0]
-    if slot not in program["params"] or step["inputs"].count(slot) != 1:
-        return None
-    k = program["params"].index(slot)
-    readers = [s for s in program["steps"] if s is not step and slot in s["inputs"]]
-    results = program["results"]
-    if readers or slot in results or k >= len(results) or results[k] != out or results.count(out) != 1:
-        return None
-    return k, (root.operands[1], body[root.operands[1]].array_shape.dims), root.operands[2:]
-
-
-def _part(body: Computation, roots: list[str], name: str) -> Computation:
-    """The part of a fused computation that computes `roots` (a tuple of them when several),
-    with every parameter kept, so it takes the fusion's inputs as they are."""
-    needed = set(roots)
-    for inst in reversed(body.instructions):
-        if inst.name in needed:
-            needed.update(inst.operands)
-    kept = [i for i in body.instructions if i.op is Op.PARAMETER or i.name in needed]
-    if len(roots) == 1:
-        return Computation(name, tuple(kept), roots[0])
-    shape = TupleShape(tuple(body[r].shape for r in roots))
-    return Computation(name, (*kept, Instruction(f"{name}.root", Op.TUPLE, shape, tuple(roots))), f"{name}.root")
+def _window(step: dict) -> tuple | None:
+    """(state index, update, starts) of a kernel step the lowering made a window
+    (`control.window`), else None. `update` is the update's name in the fused computation and
+    its dims; `starts` the names of the start indices."""
+    w = step.get("window")
+    return None if w is None else (w["state"], (w["update"], tuple(w["update_dims"])), w["starts"])
 
 
 class _Writer:
@@ -271,7 +240,7 @@ class _Writer:
             self.emit(indent, f"{var(slot)} = c{len(self.constants) - 1}")
         for step in program["steps"]:
             ins = [var(i) for i in step["inputs"]]
-            window = _window(step, program, self.bodies.get(step.get("kernel"))) if body else None
+            window = _window(step) if body else None
             if window is not None:
                 self.window(window, step, ins, var(step["outputs"][0]), indent)
             elif step["op"] == "dot":
@@ -349,7 +318,7 @@ class _Writer:
             for o, name in zip(outs, computed):
                 self.emit(indent, f"{o} = np.empty((1,), np.{body[name].array_shape.dtype.numpy.name})")
                 values[name] = f"{o}[0]"
-            self.call(_part(body, computed, f"{step['kernel']}_starts"), ins + outs, indent)
+            self.call(part(body, computed, f"{step['kernel']}_starts"), ins + outs, indent)
         if body[update].op is Op.RESHAPE and body[update].operands[0] in index:
             update = body[update].operands[0]  # the same elements in the same order
         if update in index:
@@ -358,7 +327,7 @@ class _Writer:
             source = f"{out}_update"
             dtype = body[update].array_shape.dtype.numpy.name
             self.emit(indent, f"{source} = np.empty({_dims(list(update_dims))}, np.{dtype})")
-            self.call(_part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
+            self.call(part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
         for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
             self.emit(indent, f"{out}_st{j} = min(max(np.int64({values[name]}), 0), {d - u})")
         self.emit(indent, f"{out} = s{k}")

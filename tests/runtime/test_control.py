@@ -156,3 +156,57 @@ def test_artifact_with_a_scan_runs_with_numpy_alone(tmp_path):
         np.testing.assert_allclose(out["h"], want_h, rtol=2e-5, atol=2e-5)
         np.testing.assert_allclose(out["ys"], want_ys, rtol=2e-5, atol=2e-5)
     assert "while" in xfuse.aot.inspect(path)
+
+
+def fill(stack, xs, w):
+    """Rows of xs @ w written into the caller's stack, one per step (in reverse)."""
+    def step(s, t):
+        row = jnp.tanh(xs[t] @ w)
+        return lax.dynamic_update_slice(s, row[None], (xs.shape[0] - 1 - t, 0)), None
+
+    return lax.scan(step, stack, jnp.arange(xs.shape[0]))[0]
+
+
+@pytest.mark.parametrize("backend", ["c", "numba"])
+def test_runtime_loops_write_a_stack_one_window_a_step(backend):
+    """A loop the runtime runs (the C backend's; numba's built here without its native driver)
+    writes each step's row into the stack in place: the body's stack fusion is a window step,
+    the loop owns a copy of the initial stack, and the caller's array is never written."""
+    from xfuse.backends.numba.compile import compile_kernel, settle
+    from xfuse.runtime.program import Kernel, build
+
+    rng = np.random.default_rng(5)
+    stack = np.full((5, 4), 7.0, np.float32)
+    xs, w = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    compiled = xfuse.jit(fill, backend=backend).lower(stack, xs, w).compile()
+    lowered = lower(compiled.module)
+    (loop,) = [s for s in walk(lowered.program) if s["op"] == "while"]
+    windows = [s for s in loop["body"]["steps"] if "window" in s]
+    assert len(windows) == 1 and loop["owned"] == [windows[0]["window"]["state"]]
+    if backend == "c":
+        run = compiled
+    else:
+        kernels = {n: Kernel(compile_kernel(s), settle) for n, s in lowered.kernels.items()}
+        executable = build(lowered.program, kernels, lowered.constants)
+        run = lambda *args: executable(list(args))[0]  # noqa: E731
+    want = jax.jit(fill)(stack, xs, w)
+    for _ in range(2):
+        np.testing.assert_allclose(run(stack, xs, w), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(stack, np.full((5, 4), 7.0, np.float32))
+
+
+def test_the_window_step_clamps_its_starts_as_dynamic_update_slice_does():
+    from xfuse.runtime.control import window_run
+    from xfuse.runtime.executable import Executable
+
+    # parts: the update and both starts are the inputs themselves
+    parts = Executable([0, 1, 2, 3], [1, 2, 3], [], {}, 4)
+    run = window_run({"target": 0, "dims": [4, 3], "update_dims": [2, 2]}, parts)
+    for starts, rows, cols in [((3, 5), slice(2, 4), slice(1, 3)), ((-2, 0), slice(0, 2), slice(0, 2))]:
+        target = np.zeros((4, 3), np.float32)
+        update = np.array([[1, 2], [3, 4]], np.float32)
+        (out,) = run([target, update, np.int32(starts[0]), np.int32(starts[1])])
+        want = np.zeros((4, 3), np.float32)
+        want[rows, cols] = update
+        assert out is target
+        np.testing.assert_array_equal(target, want)
