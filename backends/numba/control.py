@@ -108,13 +108,15 @@ def window(comp: Computation, inst: Instruction, fused: Computation, name: str, 
 
 
 def _parts(fused: Computation, roots: list[str], name: str, lowered) -> dict:
-    """A program from the fusion's inputs to `roots`: a parameter or constant as it is, any
-    other value a kernel of its own (the update one loop kernel, each computed start a scalar
-    one)."""
+    """A program from the fusion's inputs to `roots`: a parameter (or a reshape of one) or a
+    constant as it is, any other value a kernel of its own (the update one loop kernel, each
+    computed start a scalar one)."""
     params = list(range(len(fused.parameters)))
     slots: dict[str, int] = {p.name: k for k, p in enumerate(fused.parameters)}
     steps, constants, results = [], {}, []
     for j, root in enumerate(roots):
+        if fused[root].op is Op.RESHAPE and fused[fused[root].operands[0]].op is Op.PARAMETER:
+            root = fused[root].operands[0]  # the same elements in the same order: no copy
         if root not in slots:
             slot = slots[root] = len(slots)
             inst = fused[root]

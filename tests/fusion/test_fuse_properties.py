@@ -52,7 +52,7 @@ def test_fuse_alone_keeps_meaning_and_every_fusion_has_a_kind(drawn):
     assert_same_results(module, after, inputs)
     given = {(i.name, i.attr("calls")) for i in module.entry_computation if i.op is Op.FUSION}
     made = [i for i in after.entry_computation if i.op is Op.FUSION and (i.name, i.attr("calls")) not in given]
-    assert {i.attr("kind") for i in made} <= {"loop", "input", "output", "multi_output"}
+    assert {i.attr("kind") for i in made} <= {"loop", "input", "output", "multi_output", "scan"}
 
     def fusions(m):
         return sum(1 for c in m.computations for i in c.instructions if i.op is Op.FUSION)
