@@ -182,7 +182,7 @@ class _ScanWriter:
         header += [f"    {p} = {p}.ravel()" for p in params if self.comp[p].array_shape.rank]
         header += [f"    out{m} = out{m}.reshape({s.size})" for m, s in enumerate(shapes)]
         source = "\n".join([*emitter.helpers.values(), "", *header, *lines]) + "\n"
-        blocks = -(-n // BLOCK)
+        blocks = max(-(-n // BLOCK), 1)  # one, with no elements, still runs the scalar carries
         transcendental = sum(1 for i in self.body.instructions if i.op in TRANSCENDENTAL_OPS)
         work = n * plan.trips * (1 + TRANSCENDENTAL_WORK * transcendental)
         return KernelSource(self.name, source, emitter.globals, params, shapes,

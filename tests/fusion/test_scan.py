@@ -132,9 +132,14 @@ def test_consts_a_scalar_and_the_counter_read_by_the_body():
     assert_matches(with_consts, (h0, xs, w, np.float32(0.75)), rtol=1e-6, exact_reference=True)
 
 
+def empty_and_scalar(v, s):
+    return lax.fori_loop(0, 5, lambda i, c: (c[0] * 2.0, c[1] * 1.5 + 1.0), (v, s))
+
+
 def test_fori_loop_and_a_scalar_carry():
     assert_matches(fori, (rng(5).standard_normal(10).astype(np.float32),))
     assert_matches(fori, (np.float32(3.0),))
+    assert_matches(empty_and_scalar, (np.zeros(0, np.float32), np.float32(2.0)), exact_reference=True)
 
 
 def test_a_scan_with_no_carry_writes_its_rows():
