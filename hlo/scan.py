@@ -31,7 +31,9 @@ from .ir import Computation, Instruction, Module
 from .ops import Kind, Op
 
 HALF = (DType.F16, DType.BF16)
-# Ops whose value over every step the coverage check computes at once (`rows_covered`).
+# Loops of more steps are taken to leave rows unwritten (the kernel copies the initial stack).
+MAX_CHECKED = 1 << 20
+# Ops whose value at every step the row check (`_step_values`) computes at once.
 STEP_OPS = {Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.CONVERT_ELEMENT_TYPE, Op.MAX, Op.MIN, Op.CLAMP}
 
 
@@ -125,10 +127,10 @@ def scan_loop(module: Module, parent: Computation, loop: Instruction) -> ScanLoo
             return f"scalar carry {j} is computed from values that change along S"
     if any(not isinstance(parent[o].shape, Shape) for o in loop.operands):
         return "its initial state holds a tuple"
-    counter_values = np.arange(start, start + trips, dtype=np.int64)
+    counter_values = np.arange(start, start + min(trips, MAX_CHECKED), dtype=np.int64)
     stack_info = []
     for j, dus in stacks:
-        rows = _step_values(body, dus.operands[2], params[k].name, counter_values)
+        rows = _step_values(body, dus.operands[2], params[k].name, counter_values) if trips <= MAX_CHECKED else None
         extent = params[j].array_shape.dims[0]
         covered = rows is not None and np.unique(np.clip(rows, 0, extent - 1)).size == extent
         stack_info.append(Stack(j, dus.operands[1], dus.operands[2], bool(covered)))
