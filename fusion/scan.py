@@ -139,11 +139,12 @@ def _callee(comp: Computation, loop: Instruction, plan: ScanLoop, name: str) -> 
             params[operand] = f"p{len(params)}"
         state.append(params[operand])
     head = [Instruction(p, Op.PARAMETER, comp[o].shape, (), (("index", k),)) for k, (o, p) in enumerate(params.items())]
-    inner_loop = loop.replace(operands=tuple(state))
+    # names of fixed forms (p<k>, init.<j>, loop, loop.<j>, result): none can clash
+    inner_loop = loop.replace(name="loop", operands=tuple(state))
     elements = []
-    for k, j in enumerate(plan.kept):
-        elements.append(Instruction(f"{loop.name}.{j}", Op.GET_TUPLE_ELEMENT, loop.shape.elements[j],
-                                    (loop.name,), (("index", j),), loop.loc))
+    for j in plan.kept:
+        elements.append(Instruction(f"loop.{j}", Op.GET_TUPLE_ELEMENT, loop.shape.elements[j],
+                                    ("loop",), (("index", j),), loop.loc))
     root = Instruction("result", Op.TUPLE, TupleShape(tuple(e.shape for e in elements)),
                        tuple(e.name for e in elements))
     instructions = (*head, *body, inner_loop, *elements, root)
