@@ -18,7 +18,7 @@ from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
 from .library_steps import LIBRARY_OPS, library_step
 from .control import control_step, entry, kernel_name, window
 from .kernels import KernelSource, flattenable, output_shapes, space_of, write_kernel
-from .scan import write_scan_kernel
+from .scan import ScanForm, scan_form, write_scan_kernel
 from .prepare import canonical, inline_calls
 
 
@@ -54,6 +54,7 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
     body = inline_calls(module, comp)
     slots: dict[str | tuple, int] = {}  # names, and (name, 0) for the array in a 1-tuple
     steps: list[dict] = []
+    scans: dict[str, ScanForm] = {}  # scan fusions that run as one kernel, by instruction
     constants: dict[str, str] = {}
     params = []
     for p in body.parameters:
@@ -88,14 +89,7 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
             # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
             # nothing here can be seen, so the step only makes the empty tuple.
             steps.append({"op": "alias", "kind": "tuple", **common, "inputs": []})
-        elif inst.op is Op.FUSION and (scan := _scan_step(module, inst, common, out, prefix)) is not None:
-            if len(inst.shape.elements) == 1:  # as below: the kernel's one output, then its tuple
-                array = slots[(inst.name, 0)] = len(slots)
-                steps.append({**scan, "outputs": [array]})
-                steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
-            else:
-                steps.append(scan)
-        elif inst.op is Op.FUSION and _plumbing(inline_calls(module, module[inst.attr("calls")])):
+        elif inst.op is Op.FUSION and _nested(module, inst, scans):
             called = module[inst.attr("calls")]
             inner = _lower(module, called, out, f"{prefix}{inst.name}.")
             tupled = isinstance(called.root_instruction.shape, TupleShape)
@@ -105,10 +99,11 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
             # One output in a tuple: the runtime packs a kernel's outputs into a tuple only when
             # there are several, so the kernel writes a slot of its own and a step wraps it.
             array = slots[(inst.name, 0)] = len(slots)
-            steps.append(_kernel_step(module, body, inst, {**common, "outputs": [array]}, out, prefix))
+            steps.append(_kernel_step(module, body, inst, {**common, "outputs": [array]}, out, prefix,
+                                      scans.get(inst.name)))
             steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
         else:
-            step = _kernel_step(module, body, inst, common, out, prefix)
+            step = _kernel_step(module, body, inst, common, out, prefix, scans.get(inst.name))
             if loop_body and inst.op is Op.FUSION and step["dot"] is None:
                 made = window(body, inst, out.bodies[step["kernel"]], step["kernel"], out)
                 if made is not None:
@@ -130,7 +125,8 @@ def _pairs(value) -> list:
 
 
 def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: dict, out: Lowered,
-                 prefix: str) -> dict:
+                 prefix: str, scan: ScanForm | None = None) -> dict:
+    """A kernel step: a fusion's (a scan fusion's of form `scan`) or an unfused op's."""
     if inst.op is Op.FUSION:
         body = canonical(inline_calls(module, module[inst.attr("calls")]))
         kind = inst.attr("kind")
@@ -143,7 +139,7 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
     name = kernel_name(prefix + inst.name)
     while name in out.kernels:
         name += "_"
-    source = write_kernel(body, name, kind)
+    source = write_scan_kernel(module, body, name, scan) if scan is not None else write_kernel(body, name, kind)
     out.kernels[name] = source
     out.bodies[name] = body
     shapes = list(inst.shape.elements) if isinstance(inst.shape, TupleShape) else [inst.shape]
@@ -164,23 +160,16 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
     return step
 
 
-def _scan_step(module: Module, inst: Instruction, common: dict, out: Lowered, prefix: str) -> dict | None:
-    """The kernel step of a scan fusion (`scan.write_scan_kernel`), or None: not a scan
-    fusion, or one whose loop runs step by step (as a nested program)."""
+def _nested(module: Module, inst: Instruction, scans: dict) -> bool:
+    """Whether fusion `inst` runs as a nested program: a scan fusion whose loop the scan
+    writer does not run (one it does goes into `scans`), or any other `_plumbing` fusion."""
+    called = inline_calls(module, module[inst.attr("calls")])
     if inst.attr("kind") != "scan":
-        return None
-    body = canonical(inline_calls(module, module[inst.attr("calls")]))
-    name = kernel_name(prefix + inst.name)
-    while name in out.kernels:
-        name += "_"
-    source = write_scan_kernel(module, body, name)
-    if source is None:
-        return None
-    out.kernels[name] = source
-    out.bodies[name] = body
-    return {"op": "kernel", **common, "kernel": name, "label": f"scan fusion {body.name}",
-            "specs": [entry(s) for s in source.outputs], "params": [entry(body[p].array_shape) for p in source.params],
-            "rows": source.rows, "parallel": source.parallel, "in_place": False, "dot": None}
+        return _plumbing(called)
+    form = scan_form(module, canonical(called))
+    if form is not None:
+        scans[inst.name] = form
+    return form is None
 
 
 def _plumbing(body: Computation) -> bool:

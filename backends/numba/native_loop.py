@@ -145,7 +145,7 @@ def put_window(target, update, starts, target_dims, update_dims):
             target[offset + j] = update[base + j]
 
 
-def _eligible_program(program: dict, bodies: dict) -> bool:
+def _eligible_program(program: dict) -> bool:
     if any(spec is None or spec[1] in HALF for spec in program["param_specs"]):
         return False
     produced = {}
@@ -164,7 +164,7 @@ def _eligible_program(program: dict, bodies: dict) -> bool:
             for slot in step["outputs"]:
                 produced[slot] = "packed" if len(step["specs"]) > 1 else "array"
         elif step["op"] == "conditional":
-            if len(set(step["tupled"])) != 1 or not all(_eligible_program(b, {}) for b in step["branches"]):
+            if len(set(step["tupled"])) != 1 or not all(_eligible_program(b) for b in step["branches"]):
                 return False
             if len({len(b["results"]) for b in step["branches"]}) != 1:
                 return False
@@ -182,10 +182,10 @@ def _eligible_program(program: dict, bodies: dict) -> bool:
     return all(produced.get(r, "array") == "array" for r in program["results"])
 
 
-def eligible(step: dict, bodies: dict | None = None) -> bool:
+def eligible(step: dict) -> bool:
     """Whether a while step can run as one numba function."""
-    return step["op"] == "while" and step["flat"] and _eligible_program(step["condition"], {}) \
-        and _eligible_program(step["body"], bodies or {})
+    return step["op"] == "while" and step["flat"] and _eligible_program(step["condition"]) \
+        and _eligible_program(step["body"])
 
 
 def _int(value: int) -> str:
@@ -436,7 +436,7 @@ def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | N
     with its driver's name. `bodies`: the lowering's fused computation of each kernel."""
     drivers: dict[str, Kernel] = {}
     for step in walk(program):
-        if not eligible(step, bodies):
+        if not eligible(step):
             continue
         name = "loop_" + "".join(c if c.isalnum() else "_" for c in step["name"]) + f"_{len(drivers)}"
         drivers[name] = Kernel(_driver(step, kernels, constants, name, bodies))

@@ -22,6 +22,8 @@ instructions (its parameters and the loop's initial state, named a<k>) with the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xfuse.hlo import Computation, DType, Instruction, Literal, Module, Op, Shape
 from xfuse.hlo.scan import ScanLoop, scan_loop
 
@@ -38,9 +40,20 @@ BLOCK = 1024
 CHUNK = 4
 
 
-def write_scan_kernel(module: Module, comp: Computation, name: str) -> KernelSource | None:
-    """The kernel of scan fusion `comp` (parameters named p<index>), or None when its loop is
-    not a scan this writer runs (the lowering then runs the loop step by step)."""
+@dataclass(frozen=True)
+class ScanForm:
+    """A scan fusion this writer runs: its loop, the loop's plan, and the kind of value
+    (`_ScanWriter.flat`) each initial state value of the fusion's computation is."""
+
+    loop: Instruction
+    plan: ScanLoop
+    outer_kinds: dict
+
+
+def scan_form(module: Module, comp: Computation) -> ScanForm | None:
+    """`comp`'s form when it is a scan fusion's computation as `xfuse.fusion.scan` makes them
+    (the loop's kept elements returned in order) whose loop is a scan, else None (the lowering
+    then runs the loop step by step)."""
     loop = next((i for i in comp.instructions if i.op is Op.WHILE), None)
     if loop is None:
         return None
@@ -48,18 +61,41 @@ def write_scan_kernel(module: Module, comp: Computation, name: str) -> KernelSou
     root = comp.root_instruction
     if isinstance(plan, str) or root.op is not Op.TUPLE or [comp[o].op for o in root.operands] != [
             Op.GET_TUPLE_ELEMENT] * len(root.operands) or [comp[o].attr("index") for o in root.operands] != list(plan.kept):
-        return None  # not the form `xfuse.fusion.scan` makes: the loop's kept elements in order
-    return _ScanWriter(module, comp, loop, plan, name).write()
+        return None
+    body = module[loop.attr("body")]
+    role = {plan.counter: "step"} | {j: "elem" for j in plan.carries} | {s.state: "stack" for s in plan.stacks}
+    role |= {j: "step" for j in plan.scalars}
+    role |= {j: plan.classes[body.parameters[j].name] for j in plan.invariants}
+    outer_kinds: dict[str, str] = {}
+    for j, operand in enumerate(loop.operands):
+        if outer_kinds.setdefault(operand, role[j]) != role[j]:
+            return None  # one value as two kinds of state (S = () and a scalar)
+    return ScanForm(loop, plan, outer_kinds)
+
+
+def write_scan_kernel(module: Module, comp: Computation, name: str, form: ScanForm) -> KernelSource:
+    """The kernel of scan fusion `comp` (parameters named p<index>), of form `scan_form`."""
+    return _ScanWriter(module, comp, form, name).write()
+
+
+def _strides(dims) -> list[int]:
+    """The C-order strides of `dims`, in elements."""
+    strides = [1] * len(dims)
+    for d in range(len(dims) - 2, -1, -1):
+        strides[d] = strides[d + 1] * dims[d + 1]
+    return strides
 
 
 class _ScanWriter:
-    def __init__(self, module: Module, comp: Computation, loop, plan: ScanLoop, name: str) -> None:
-        self.comp, self.loop, self.plan, self.name = comp, loop, plan, name
-        self.body = module[loop.attr("body")]
+    def __init__(self, module: Module, comp: Computation, form: ScanForm, name: str) -> None:
+        self.comp, self.loop, self.plan, self.name = comp, form.loop, form.plan, name
+        self.outer_kinds = form.outer_kinds
+        self.body = module[self.loop.attr("body")]
+        self.shapes = output_shapes(comp)
         self.n = 1
-        for d in plan.dims:
+        for d in self.plan.dims:
             self.n *= d
-        self.kept = list(plan.kept)
+        self.kept = list(self.plan.kept)
 
     # ------------------------------------------------------------------ the merged computation
     def flat(self, shape: Shape, kind: str) -> Shape:
@@ -74,17 +110,9 @@ class _ScanWriter:
             return shape.with_dims((shape.size,))
         return shape
 
-    def merged(self) -> tuple[Computation, dict[int, str]] | None:
+    def merged(self) -> tuple[Computation, dict[int, str]]:
         """(the merged computation, the merged name of each initial state element)."""
-        plan, loop = self.plan, self.loop
-        role = {plan.counter: "step"} | {j: "elem" for j in plan.carries} | {s.state: "stack" for s in plan.stacks}
-        role |= {j: "step" for j in plan.scalars}
-        for j in plan.invariants:
-            role[j] = self.plan.classes[self.body.parameters[j].name]
-        outer_kind: dict[str, str] = {}
-        for j, operand in enumerate(loop.operands):
-            if outer_kind.setdefault(operand, role[j]) != role[j]:
-                return None  # one value as two kinds of state (S = () and a scalar)
+        loop, outer_kind = self.loop, self.outer_kinds
         names: dict[str, str] = {}
         out = []
         for k, inst in enumerate(self.comp.instructions):
@@ -113,11 +141,8 @@ class _ScanWriter:
         return Computation(f"{self.name}_merged", tuple(out), out[-1].name), initial
 
     # ------------------------------------------------------------------ the kernel
-    def write(self) -> KernelSource | None:
-        made = self.merged()
-        if made is None:
-            return None
-        merged, initial = made
+    def write(self) -> KernelSource:
+        merged, initial = self.merged()
         plan, n, kept = self.plan, self.n, self.kept
         params = [p.name for p in self.comp.parameters]
         level_of = {"t": 1, "e": 2, "f": 3}
@@ -177,7 +202,7 @@ class _ScanWriter:
             scalars.append((f"sc{j} = {dtype}({start.text})", f"sc{j} = nsc{j}",
                             self.store(position[j], None, Ix(f"sc{j}"), "0")))
         lines = self.render(inits, copies, stores, scalars)
-        shapes = output_shapes(self.comp)
+        shapes = self.shapes
         header = [f"def {self.name}({', '.join(['row_start', 'row_end', *params, *[f'out{m}' for m in range(len(kept))]])}):"]
         header += [f"    {p} = {p}.ravel()" for p in params if self.comp[p].array_shape.rank]
         header += [f"    out{m} = out{m}.reshape({s.size})" for m, s in enumerate(shapes)]
@@ -206,29 +231,21 @@ class _ScanWriter:
     def broadcast_loader(self, inst):
         """An invariant broadcast into S, at flat index e of S: the offset of its element."""
         space = self.plan.dims
-        source = self.body[inst.operands[0]].array_shape.dims
-        strides = [1] * len(space)
-        for d in range(len(space) - 2, -1, -1):
-            strides[d] = strides[d + 1] * space[d + 1]
-        source_strides = [1] * len(source)
-        for k in range(len(source) - 2, -1, -1):
-            source_strides[k] = source_strides[k + 1] * source[k + 1]
-
+        source = self.body[inst.operands[0]].array_shape
+        strides, source_strides = _strides(space), _strides(source.dims)
         mapped = tuple(inst.attr("dims"))
-        suffix = source == space[len(space) - len(source):] and mapped == tuple(
-            range(len(space) - len(source), len(space)))  # S's last dims: one modulo
+        suffix = source.dims == space[len(space) - source.rank:] and mapped == tuple(
+            range(len(space) - source.rank, len(space)))  # S's last dims: one modulo
+        size = source.size
 
         def load(index: tuple[Ix, ...]) -> Ix:
             e = index[-1]
-            size = 1
-            for d in source:
-                size *= d
             if suffix:
                 offset = self.emitter.emit(f"np.int64({e.text} % {size})", e.deps, "at")
                 return self.emitter.value(self.names[inst.operands[0]], (offset,))
             terms = []
-            for k, d in enumerate(inst.attr("dims")):
-                if source[k] == 1:
+            for k, d in enumerate(mapped):
+                if source.dims[k] == 1:
                     continue
                 term = e.text if strides[d] == 1 else f"({e.text} // {strides[d]})"
                 if d > 0:
@@ -246,7 +263,7 @@ class _ScanWriter:
         return load
 
     def store(self, m: int, base: str | None, value: Ix, var: str) -> str:
-        shape = output_shapes(self.comp)[m]
+        shape = self.shapes[m]
         cast = value.text if shape.dtype is DType.PRED else f"{np_name(shape.dtype)}({value.text})"
         at = var if base is None else f"{base} + {var}"
         return f"out{m}[U({at})] = {cast}"
