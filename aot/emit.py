@@ -159,7 +159,7 @@ def generate(lowered: Lowered, name: str, input_names: list[str] | None = None,
              f"function {name}_run (the interface is {name}.h). */",
              render.header_text(), render.PRELUDE,
              "/* Kernels are internal to this library: only the entry function is exported. */",
-             "#undef XF_EXPORT", "#define XF_EXPORT static", *kernels, ENTRY_PRELUDE,
+             "#undef XF_EXPORT", "#define XF_EXPORT static", "#define XF_NO_OBJECT_ENTRIES", *kernels, ENTRY_PRELUDE,
              *entry.constants, *entry.dots, _metadata(name, inputs, outputs), body]
     return "\n".join(parts) + "\n", _header(name, inputs, outputs)
 

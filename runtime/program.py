@@ -185,6 +185,8 @@ def kernel_run(step: dict, kernel: Kernel) -> Callable:
                 settle(fn)
 
         serial.dispatcher = fn
+        if settle is None:  # nothing to do after the first call: the caller may call fn itself
+            serial.direct = fn, rows
         return serial
 
     def run(inputs, outputs):

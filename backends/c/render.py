@@ -43,9 +43,14 @@ HEADER = Path(__file__).with_name("xfuse_kernels.h")
 # them fails with "SystemError: AST constructor recursion depth mismatch". One parse at a time.
 _PARSING = threading.Lock()
 
+OBJECT_ENTRY = "__objects"  # the suffix of a kernel's entry taking array objects
+
 PRELUDE = r"""
 #include <stdlib.h>
 #define XF_EXPORT __attribute__((visibility("default")))
+/* The data pointer of the numpy array whose object address is a[k]: a[0] is the offset of
+   that pointer in the array object (PyArrayObject), which the runtime measured. */
+#define XF_DATA(T, a, k) (*(T **)((char *)(intptr_t)(a)[k] + (a)[0]))
 #define XF_MIN(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); xf_a < xf_b ? xf_a : xf_b; })
 #define XF_MAX(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); xf_a > xf_b ? xf_a : xf_b; })
 #define XF_ABS(x) _Generic((x), float: fabsf(x), double: fabs(x), \
@@ -192,6 +197,16 @@ class Renderer:
         self.emit(1, "return 0;")
         self.emit(0, "}")
         self.scopes.pop()
+        # The runtime's way in (runtime/native.py): one pointer to [data offset, the integers,
+        # the array objects], a quarter of the cost of ctypes converting every argument.
+        pass_on = [f"a[{k + 1}]" for k in range(len(ints))]
+        pass_on += [f"XF_DATA({arr.ctype}, a, {k + 1 + len(ints)})"
+                    for k, arr in enumerate(scope[n] for n in names[len(ints):])]
+        self.emit(0, "#ifndef XF_NO_OBJECT_ENTRIES")
+        self.emit(0, f"XF_EXPORT int {node.name}{OBJECT_ENTRY}(const int64_t *a) {{")
+        self.emit(1, f"return {node.name}({', '.join(pass_on)});")
+        self.emit(0, "}")
+        self.emit(0, "#endif")
 
     # ------------------------------------------------------------------ statements
     def block(self, body: list[ast.stmt], depth: int) -> None:

@@ -332,15 +332,17 @@ static inline float xf_scale_f32(float p, int32_t k) {
     return p * xf_pow2_f32(k1) * xf_pow2_f32(k - k1);
 }
 
-static inline float exp_f32(float x) {
-    x = x > 90.0f ? 90.0f : x; /* the ternaries keep NaN */
-    x = x < -110.0f ? -110.0f : x;
+/* e**x for x <= 90 or NaN: exp_f32 without its upper clamp. */
+static inline float xf_exp_upto90_f32(float x) {
+    x = x < -110.0f ? -110.0f : x; /* the ternaries keep NaN */
     float t = xf_fma_f32(x, XF_LOG2E_F32, XF_MAGIC_F32);
     float n = t - XF_MAGIC_F32;
     float r = xf_fma_f32(n, -XF_LN2_HI_F32, x);
     r = xf_fma_f32(n, -XF_LN2_LO_F32, r);
     return xf_scale_f32(xf_exp_poly_f32(r), xf_bits32(t) - xf_bits32(XF_MAGIC_F32));
 }
+
+static inline float exp_f32(float x) { return xf_exp_upto90_f32(x > 90.0f ? 90.0f : x); }
 
 static inline float exp2_f32(float x) {
     x = x > 130.0f ? 130.0f : x;
@@ -356,24 +358,40 @@ static inline float exp2_f32(float x) {
     return xf_scale_f32(xf_fma_f32(p, r, 1.0f), xf_bits32(t) - xf_bits32(XF_MAGIC_F32));
 }
 
-static inline float expm1_f32(float x) {
-    float xc = x > 90.0f ? 90.0f : x;
-    xc = xc < -20.0f ? -20.0f : xc;
-    float t = xf_fma_f32(xc, XF_LOG2E_F32, XF_MAGIC_F32);
+/* expm1(r) for the reduced argument of x in [-20, 90] or NaN, with k: x = k ln2 + r. */
+static inline float xf_expm1_reduce_f32(float x, int32_t *k) {
+    float t = xf_fma_f32(x, XF_LOG2E_F32, XF_MAGIC_F32);
     float n = t - XF_MAGIC_F32;
-    float r = xf_fma_f32(n, -XF_LN2_HI_F32, xc);
+    float r = xf_fma_f32(n, -XF_LN2_HI_F32, x);
     r = xf_fma_f32(n, -XF_LN2_LO_F32, r);
     /* expm1(r) = r + r**2/2 + r**3 * P(r), minimax, relative error 2**-25.7 */
     float p = xf_fma_f32(0.0013899077894166112f, r, 0.008369358256459236f);
     p = xf_fma_f32(p, r, 0.041666895151138306f);
     p = xf_fma_f32(p, r, 0.1666652411222458f);
-    float e = xf_fma_f32(r * r, xf_fma_f32(p, r, 0.5f), r); /* expm1(r) */
+    *k = xf_bits32(t) - xf_bits32(XF_MAGIC_F32);
+    return xf_fma_f32(r * r, xf_fma_f32(p, r, 0.5f), r);
+}
+
+static inline float expm1_f32(float x) {
+    float xc = x > 90.0f ? 90.0f : x;
+    xc = xc < -20.0f ? -20.0f : xc;
+    int32_t k;
+    float e = xf_expm1_reduce_f32(xc, &k);
     /* expm1(x) = 2**k * e + (2**k - 1), with 2**k split so that it cannot overflow early. */
-    int32_t k = xf_bits32(t) - xf_bits32(XF_MAGIC_F32);
     int32_t kb = k > 64 ? 64 : 0;
     float s = xf_pow2_f32(k - kb);
     float y = xf_fma_f32(s, e, s - xf_pow2_f32(-kb)) * xf_pow2_f32(kb);
     return fabsf(x) < 0x1p-25f ? x : y; /* keeps -0.0 and subnormals */
+}
+
+/* expm1_f32(x) for x in [-20, 20] or NaN, bit for bit: |k| <= 29, so neither the clamps nor
+ * the split of 2**k are needed (tanh's argument; the vectorised loop is much shorter). */
+static inline float xf_expm1_mid_f32(float x) {
+    int32_t k;
+    float e = xf_expm1_reduce_f32(x, &k);
+    float s = xf_pow2_f32(k);
+    float y = xf_fma_f32(s, e, s - 1.0f);
+    return fabsf(x) < 0x1p-25f ? x : y;
 }
 
 /* log(1 + f) + k*ln2 + c for f in [sqrt(2)/2 - 1, sqrt(2) - 1], as musl logf/log1pf.
@@ -426,12 +444,12 @@ static inline float log1p_f32(float x) {
 static inline float tanh_f32(float x) {
     float a = fabsf(x);
     a = a > 10.0f ? 10.0f : a; /* tanh(10) rounds to 1 */
-    float t = expm1_f32(a + a);
+    float t = xf_expm1_mid_f32(a + a);
     return copysignf(t / (t + 2.0f), x);
 }
 
 static inline float logistic_f32(float x) {
-    float e = exp_f32(-fabsf(x));
+    float e = xf_exp_upto90_f32(-fabsf(x));
     return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 

@@ -41,15 +41,20 @@ def _scale_f32(p, k):
 
 
 @_inline
-def exp_f32(x):
-    x = F32(x)
-    x = F32(90.0) if x > F32(90.0) else x  # the ternaries keep NaN
-    x = F32(-110.0) if x < F32(-110.0) else x
+def _exp_upto90_f32(x):
+    """e**x for x <= 90 or NaN: exp_f32 without its upper clamp."""
+    x = F32(-110.0) if x < F32(-110.0) else x  # the ternaries keep NaN
     t = _fma(x, _LOG2E_F32, _MAGIC_F32)
     n = t - _MAGIC_F32
     r = _fma(n, -_LN2_HI_F32, x)
     r = _fma(n, -_LN2_LO_F32, r)
     return _scale_f32(_exp_poly_f32(r), _bits32(t) - _bits32(_MAGIC_F32))
+
+
+@_inline
+def exp_f32(x):
+    x = F32(x)
+    return _exp_upto90_f32(F32(90.0) if x > F32(90.0) else x)
 
 
 @_inline
@@ -69,25 +74,40 @@ def exp2_f32(x):
 
 
 @_inline
-def expm1_f32(x):
-    x = F32(x)
-    xc = F32(90.0) if x > F32(90.0) else x
-    xc = F32(-20.0) if xc < F32(-20.0) else xc
-    t = _fma(xc, _LOG2E_F32, _MAGIC_F32)
+def _expm1_reduce_f32(x):
+    """(expm1(r), k) for x = k ln2 + r, x in [-20, 90] or NaN."""
+    t = _fma(x, _LOG2E_F32, _MAGIC_F32)
     n = t - _MAGIC_F32
-    r = _fma(n, -_LN2_HI_F32, xc)
+    r = _fma(n, -_LN2_HI_F32, x)
     r = _fma(n, -_LN2_LO_F32, r)
     # expm1(r) = r + r**2/2 + r**3 * P(r), minimax, relative error 2**-25.7
     p = _fma(F32(0.0013899077894166112), r, F32(0.008369358256459236))
     p = _fma(p, r, F32(0.041666895151138306))
     p = _fma(p, r, F32(0.1666652411222458))
-    e = _fma(r * r, _fma(p, r, F32(0.5)), r)  # expm1(r)
+    return _fma(r * r, _fma(p, r, F32(0.5)), r), _bits32(t) - _bits32(_MAGIC_F32)
+
+
+@_inline
+def expm1_f32(x):
+    x = F32(x)
+    xc = F32(90.0) if x > F32(90.0) else x
+    xc = F32(-20.0) if xc < F32(-20.0) else xc
+    e, k = _expm1_reduce_f32(xc)
     # expm1(x) = 2**k * e + (2**k - 1), with 2**k split so that it cannot overflow early.
-    k = _bits32(t) - _bits32(_MAGIC_F32)
     kb = 64 if k > 64 else 0
     s = _pow2_f32(k - kb)
     y = _fma(s, e, s - _pow2_f32(-kb)) * _pow2_f32(kb)
     return x if abs(x) < F32(2.0**-25) else y  # keeps -0.0 and subnormals
+
+
+@_inline
+def _expm1_mid_f32(x):
+    """expm1_f32(x) for x in [-20, 20] or NaN, bit for bit: |k| <= 29, so neither the clamps
+    nor the split of 2**k are needed (tanh's argument)."""
+    e, k = _expm1_reduce_f32(x)
+    s = _pow2_f32(k)
+    y = _fma(s, e, s - F32(1.0))
+    return x if abs(x) < F32(2.0**-25) else y
 
 
 # Lg1..Lg4 from FreeBSD/musl logf: |(log(1+s) - log(1-s))/s - Lg(s)| < 2**-34.24.
@@ -142,14 +162,14 @@ def tanh_f32(x):
     x = F32(x)
     a = abs(x)
     a = F32(10.0) if a > F32(10.0) else a  # tanh(10) rounds to 1
-    t = expm1_f32(a + a)
+    t = _expm1_mid_f32(a + a)
     return math.copysign(_div(t, t + F32(2.0)), x)
 
 
 @_inline
 def logistic_f32(x):
     x = F32(x)
-    e = exp_f32(-abs(x))
+    e = _exp_upto90_f32(-abs(x))
     return _div(F32(1.0) if x >= F32(0.0) else e, F32(1.0) + e)
 
 

@@ -1,0 +1,148 @@
+"""The runtime's way into C kernels (`runtime/native.py`): each kernel of a C library has a twin
+taking one buffer of [data offset, integers, array objects], which reads the arrays' data
+pointers itself. Plain C-contiguous native-endian ndarrays take it (read-only ones too); anything
+else (a strided view, another byte order, a subclass) goes through the pointer-taking entry,
+with the same results; threads calling one kernel at once each use a
+buffer of their own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xfuse
+from xfuse.backends.numba.lowering import lower
+from xfuse.runtime import native
+
+
+def _axpy(x, y):
+    return x * 2.0 + y
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """(library, kernel name, the pointer-taking call) of _axpy on f32[64] in the C backend."""
+    x = np.zeros(64, np.float32)
+    compiled = xfuse.jit(_axpy, backend="c").lower(x, x).compile()
+    program = lower(compiled.module).program
+    (step,) = [s for s in program["steps"] if s["op"] == "kernel"]
+    library = compiled.executable.library
+    ints, arrays, outputs = native.kernel_arity(step)
+    cfn = getattr(library, step["kernel"])
+    cfn.restype = ctypes.c_int
+    cfn.argtypes = [ctypes.c_int64] * ints + [ctypes.c_void_p] * arrays
+    general = native.adapt(cfn, step["kernel"], ints, arrays - outputs)
+    return library, step["kernel"], general, compiled
+
+
+class Recording:
+    def __init__(self, general):
+        self.general, self.calls = general, 0
+        self.__name__ = general.__name__
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.general(*args)
+
+
+def _entry(kernel):
+    library, name, general, _ = kernel
+    recording = Recording(general)
+    twin = getattr(library, name + native.OBJECT_ENTRY)
+    return native.adapt_objects(twin, recording, 2, 2, 3), recording
+
+
+def test_the_data_offset_is_found_and_reads_every_array():
+    assert native.DATA_OFFSET is not None
+    base = np.arange(40, dtype=np.float64)
+    for a in (base, base[3:], base.reshape(5, 8).T, np.empty(0, np.int8), np.ones((), np.float32)):
+        assert ctypes.c_void_p.from_address(id(a) + native.DATA_OFFSET).value == a.ctypes.data
+
+
+def test_kernels_of_a_c_library_take_the_object_entry(kernel):
+    library, name, _, compiled = kernel
+    found = native.kernels(library, lower(compiled.module).program)
+    assert found[name].fn.__code__.co_filename == f"<xfuse kernel entry {name}>"
+    x, y = np.linspace(-3, 3, 64, dtype=np.float32), np.full(64, 0.5, np.float32)
+    np.testing.assert_array_equal(compiled(x, y), x * np.float32(2) + y)
+
+
+def test_plain_arrays_take_the_twin_with_the_same_result(kernel):
+    call, recording = _entry(kernel)
+    x = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.5] * 10 + [1, 2, 3, 4], np.float32)
+    y = np.arange(64, dtype=np.float32)
+    out = np.full(64, 7, np.float32)
+    call(0, 64, x, y, out)
+    np.testing.assert_array_equal(out, x * np.float32(2) + y)
+    assert recording.calls == 0
+    out[:] = 7  # rows outside [10, 20) are not written
+    call(10, 20, x, y, out)
+    np.testing.assert_array_equal(out[10:20], (x * np.float32(2) + y)[10:20])
+    assert (out[:10] == 7).all() and (out[20:] == 7).all()
+    assert recording.calls == 0
+
+
+class Sub(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("odd", ["strided", "big-endian", "subclass", "read-only"])
+def test_other_arrays_go_through_the_pointer_entry(kernel, odd):
+    call, recording = _entry(kernel)
+    x = np.linspace(-1, 1, 128, dtype=np.float32)[::2]
+    y = np.arange(64, dtype=np.float32)
+    expect = x * np.float32(2) + y
+    out = np.empty(64, np.float32)
+    if odd == "strided":
+        assert not x.flags.c_contiguous
+    elif odd == "big-endian":
+        x = x.astype(">f4")
+    elif odd == "subclass":
+        x = np.ascontiguousarray(x).view(Sub)
+    else:  # read through its data pointer as well
+        x = np.frombuffer(np.ascontiguousarray(x).tobytes(), np.float32)
+        assert not x.flags.writeable
+    call(0, 64, x, y, out)
+    np.testing.assert_array_equal(out, expect)
+    assert recording.calls == (0 if odd == "read-only" else 1)
+
+
+def test_threads_calling_one_kernel_at_once_each_get_their_own_buffer(kernel):
+    call, recording = _entry(kernel)
+    errors: list[str] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(300):
+            n = int(rng.integers(1, 65))
+            x, y = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+            out = np.zeros(64, np.float32)
+            call(0, n, x, y, out)
+            if not (np.array_equal(out[:n], x[:n] * np.float32(2) + y[:n]) and (out[n:] == 0).all()):
+                errors.append(f"thread {seed}: wrong rows")
+                return
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and recording.calls == 0
+
+
+def test_an_integer_kernel_through_an_artifact(tmp_path):
+    """The same entry in a saved artifact, for int32 with wraparound."""
+    from xfuse.runtime.artifact import load
+
+    x = np.array([2**31 - 1, -(2**31), 0, -1, 5], np.int32)
+    compiled = xfuse.jit(lambda a, b: a * 3 + b, backend="c").lower(x, x).compile()
+    compiled.save(tmp_path / "f.xfa")
+    loaded = load(tmp_path / "f.xfa")
+    got = loaded(x, x[::-1].copy())
+    np.testing.assert_array_equal(got, np.asarray(jnp.asarray(x) * 3 + jnp.asarray(x[::-1])))
+    np.testing.assert_array_equal(loaded(x[::-1], x), np.asarray(jnp.asarray(x[::-1]) * 3 + jnp.asarray(x)))
