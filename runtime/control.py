@@ -103,13 +103,13 @@ def window_run(window: dict, parts: Executable) -> Callable:
     target, dims, update_dims = window["target"], window["dims"], tuple(window["update_dims"])
 
     def run(inputs: list) -> list:
-        update, *starts = parts.borrowing_call(list(inputs))
+        update, *starts = parts.borrowing_call(inputs)
         at = []
         for s, d, u in zip(starts, dims, update_dims):
-            first = min(max(int(np.asarray(s)), 0), d - u)
+            first = min(max(int(s), 0), d - u)  # s: a 0-d array or a numpy scalar
             at.append(slice(first, first + u))
         array = inputs[target]
-        array[tuple(at)] = np.asarray(update).reshape(update_dims)
+        array[tuple(at)] = update.reshape(update_dims)
         return [array]
 
     return run

@@ -82,6 +82,12 @@ class Executable:
                 borrowed.update(step.outputs)
         self.may_borrow = any(r in borrowed for r in self.results)
         self.program = [self._compile_step(i, step) for i, step in enumerate(self.steps)]
+        # A program of no steps (a window's parts, plumbing): its results picked straight from
+        # its arguments and constants.
+        self.picks = None
+        position = {slot: i for i, slot in enumerate(self.params)}
+        if not self.steps and all(r in position or r in self.constants for r in self.results):
+            self.picks = [(position.get(r), self.constants.get(r)) for r in self.results]
 
     def with_donated(self, donated: frozenset[int]) -> Executable:
         """The same program, free to reuse the buffers of these parameter positions."""
@@ -158,6 +164,8 @@ class Executable:
     def borrowing_call(self, arrays: Sequence[np.ndarray]) -> list:
         """The results as the steps left them: an argument or constant itself, or a view of
         one, is returned as it is (a loop passing state along unchanged does not copy it)."""
+        if self.picks is not None:
+            return [value if at is None else arrays[at] for at, value in self.picks]
         values = self.run_steps(arrays)
         return [values[r] for r in self.results]
 

@@ -96,7 +96,7 @@ def kernels(library: ctypes.CDLL, program: dict) -> dict[str, Kernel]:
         twin = getattr(library, name + OBJECT_ENTRY, None)  # absent from older libraries
         if twin is not None and DATA_OFFSET is not None:
             call = adapt_objects(twin, call, ints, arrays - outputs, arrays)
-        found[name] = Kernel(call)
+        found[name] = Kernel(call, pointers=True)
     return found
 
 

@@ -67,6 +67,8 @@ class Kernel:
 
     fn: Callable
     settle: Callable | None = None
+    # fn takes data pointers (a C kernel): a scalar needs no reshape to one element
+    pointers: bool = False
 
 
 # ---------------------------------------------------------------------------- dots
@@ -81,19 +83,28 @@ def dot_plan(lhs, rhs, contracting, batch):
 
 
 def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype) -> None:
+    """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N)."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
-        np.matmul(a3, b3, out=out.reshape(a3.shape[0], a3.shape[1], b3.shape[2]))
+        np.matmul(a3, b3, out=out.reshape(*a3.shape[:-1], b3.shape[-1]))
 
 
 def make_dot(lhs, rhs, contracting, batch, out_dtype: str) -> Callable:
-    """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous)."""
+    """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
+    transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
+    small product in a loop body pays little besides BLAS."""
     (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
     work = compute_dtype(out_dtype)
+    if lshape[0] == 1:
+        lshape, rshape = lshape[1:], rshape[1:]
+    lt = None if lperm == sorted(lperm) else tuple(lperm)
+    rt = None if rperm == sorted(rperm) else tuple(rperm)
 
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        matmul(np.transpose(a, lperm).reshape(lshape), np.transpose(b, rperm).reshape(rshape), out, work)
+        a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
+        b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
+        matmul(a, b, out, work)
 
     return dot
 
@@ -138,9 +149,10 @@ def _same(a):
     return a
 
 
-def _preparer(dims, name: str) -> Callable:
-    """What a kernel reads for an input: f16/bf16 widened to f32, a scalar as one element."""
-    convert, scalar = name in HALF, len(dims) == 0
+def _preparer(dims, name: str, pointers: bool = False) -> Callable:
+    """What a kernel reads for an input: f16/bf16 widened to f32, a scalar as one element
+    (unless the kernel takes `pointers`)."""
+    convert, scalar = name in HALF, len(dims) == 0 and not pointers
     if not convert and not scalar:
         return _same
     if convert:
@@ -157,12 +169,12 @@ def _narrow(out: np.ndarray, wide: np.ndarray) -> None:
 _AS_IS = (_same, lambda o, tmp: None)
 
 
-def _finisher(dims, name: str) -> tuple[Callable, Callable]:
+def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callable]:
     """(the buffer the kernel writes, then copy it into the real output)."""
     if name in HALF:
         return (lambda o: np.empty(o.shape, np.float32).reshape(-1) if o.ndim == 0 else np.empty(o.shape, np.float32),
                 _narrow)
-    if len(dims) == 0:
+    if len(dims) == 0 and not pointers:
         return (lambda o: o.reshape(-1), lambda o, tmp: None)
     return _AS_IS
 
@@ -172,8 +184,8 @@ def kernel_run(step: dict, kernel: Kernel) -> Callable:
     if step.get("dot") is not None:
         return _output_run(step, kernel)
     fn, settle = kernel.fn, kernel.settle
-    prepare = [_preparer(dims, name) for dims, name in step["params"]]
-    finish = [_finisher(dims, name) for dims, name in step["specs"]]
+    prepare = [_preparer(dims, name, kernel.pointers) for dims, name in step["params"]]
+    finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
     rows, split = step["rows"], step["parallel"]
     first = [settle is not None]
     if not split and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
@@ -210,8 +222,8 @@ def _output_run(step: dict, kernel: Kernel) -> Callable:
     lhs, rhs, contracting, batch = d["lhs"], d["rhs"], d["contracting"], d["batch"]
     li, ri = d["operands"]
     dims = tuple(d["dims"])
-    prepare = [_preparer(dims_, name) for dims_, name in step["params"]]
-    finish = [_finisher(dims_, name) for dims_, name in step["specs"]]
+    prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
+    finish = [_finisher(dims_, name, kernel.pointers) for dims_, name in step["specs"]]
     work = compute_dtype(d["dtype"])
     row_bytes = max(1, int(np.prod(dims[1:])) * work.itemsize) if dims else 1
     rows = dims[0] if dims else 1
