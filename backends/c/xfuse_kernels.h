@@ -91,9 +91,9 @@ static inline double xf_scale_f64(double p, int64_t k) {
     return p * xf_pow2_f64(k1) * xf_pow2_f64(k - k1);
 }
 
-static inline double exp_f64(double x) {
-    x = x > 710.0 ? 710.0 : x;
-    x = x < -750.0 ? -750.0 : x;
+/* e**x for x <= 710 or NaN: exp_f64 without its upper clamp. */
+static inline double xf_exp_upto710_f64(double x) {
+    x = x < -750.0 ? -750.0 : x; /* the ternaries keep NaN */
     double t = xf_fma_f64(x, XF_LOG2E_F64, XF_MAGIC_F64);
     double n = t - XF_MAGIC_F64;
     double r = xf_fma_f64(n, -XF_LN2_HI_F64, x);
@@ -110,6 +110,8 @@ static inline double exp_f64(double x) {
     p = xf_fma_f64(p, r, 0.5000000000000013);
     return xf_scale_f64(1.0 + xf_fma_f64(r * r, p, r), xf_bits64(t) - xf_bits64(XF_MAGIC_F64));
 }
+
+static inline double exp_f64(double x) { return xf_exp_upto710_f64(x > 710.0 ? 710.0 : x); }
 
 static inline double exp2_f64(double x) {
     x = x > 1030.0 ? 1030.0 : x;
@@ -130,12 +132,11 @@ static inline double exp2_f64(double x) {
     return xf_scale_f64(xf_fma_f64(p, r, 1.0), xf_bits64(t) - xf_bits64(XF_MAGIC_F64));
 }
 
-static inline double expm1_f64(double x) {
-    double xc = x > 710.0 ? 710.0 : x;
-    xc = xc < -40.0 ? -40.0 : xc;
-    double t = xf_fma_f64(xc, XF_LOG2E_F64, XF_MAGIC_F64);
+/* expm1(r) for the reduced argument of x in [-40, 710] or NaN, with k: x = k ln2 + r. */
+static inline double xf_expm1_reduce_f64(double x, int64_t *k) {
+    double t = xf_fma_f64(x, XF_LOG2E_F64, XF_MAGIC_F64);
     double n = t - XF_MAGIC_F64;
-    double r = xf_fma_f64(n, -XF_LN2_HI_F64, xc);
+    double r = xf_fma_f64(n, -XF_LN2_HI_F64, x);
     r = xf_fma_f64(n, -XF_LN2_LO_F64, r);
     /* r + r**2/2 + r**3 * P(r), minimax, relative error 2**-61.3 */
     double p = xf_fma_f64(2.0878989020926506e-09, r, 2.5110955663721446e-08);
@@ -147,11 +148,28 @@ static inline double expm1_f64(double x) {
     p = xf_fma_f64(p, r, 0.008333333333320264);
     p = xf_fma_f64(p, r, 0.04166666666666656);
     p = xf_fma_f64(p, r, 0.16666666666666677);
-    double e = xf_fma_f64(r * r, xf_fma_f64(p, r, 0.5), r);
-    int64_t k = xf_bits64(t) - xf_bits64(XF_MAGIC_F64);
+    *k = xf_bits64(t) - xf_bits64(XF_MAGIC_F64);
+    return xf_fma_f64(r * r, xf_fma_f64(p, r, 0.5), r);
+}
+
+static inline double expm1_f64(double x) {
+    double xc = x > 710.0 ? 710.0 : x;
+    xc = xc < -40.0 ? -40.0 : xc;
+    int64_t k;
+    double e = xf_expm1_reduce_f64(xc, &k);
     int64_t kb = k > 512 ? 512 : 0;
     double s = xf_pow2_f64(k - kb);
     double y = xf_fma_f64(s, e, s - xf_pow2_f64(-kb)) * xf_pow2_f64(kb);
+    return fabs(x) < 0x1p-54 ? x : y;
+}
+
+/* expm1_f64(x) for x in [-40, 44] or NaN, bit for bit: |k| <= 64, so neither the clamps nor
+ * the split of 2**k are needed (tanh's argument). */
+static inline double xf_expm1_mid_f64(double x) {
+    int64_t k;
+    double e = xf_expm1_reduce_f64(x, &k);
+    double s = xf_pow2_f64(k);
+    double y = xf_fma_f64(s, e, s - 1.0);
     return fabs(x) < 0x1p-54 ? x : y;
 }
 
@@ -219,12 +237,12 @@ static inline double log1p_f64(double x) {
 static inline double tanh_f64(double x) {
     double a = fabs(x);
     a = a > 22.0 ? 22.0 : a; /* tanh(22) rounds to 1 */
-    double t = expm1_f64(a + a);
+    double t = xf_expm1_mid_f64(a + a);
     return copysign(t / (t + 2.0), x);
 }
 
 static inline double logistic_f64(double x) {
-    double e = exp_f64(-fabs(x));
+    double e = xf_exp_upto710_f64(-fabs(x));
     return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
 }
 

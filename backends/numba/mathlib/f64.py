@@ -33,10 +33,9 @@ def _scale_f64(p, k):
 
 
 @_inline
-def exp_f64(x):
-    x = F64(x)
-    x = F64(710.0) if x > F64(710.0) else x
-    x = F64(-750.0) if x < F64(-750.0) else x
+def _exp_upto710_f64(x):
+    """e**x for x <= 710 or NaN: exp_f64 without its upper clamp."""
+    x = F64(-750.0) if x < F64(-750.0) else x  # the ternaries keep NaN
     t = _fma(x, _LOG2E_F64, _MAGIC_F64)
     n = t - _MAGIC_F64
     r = _fma(n, -_LN2_HI_F64, x)
@@ -52,6 +51,12 @@ def exp_f64(x):
     p = _fma(p, r, F64(0.16666666666666358))
     p = _fma(p, r, F64(0.5000000000000013))
     return _scale_f64(F64(1.0) + _fma(r * r, p, r), _bits64(t) - _bits64(_MAGIC_F64))
+
+
+@_inline
+def exp_f64(x):
+    x = F64(x)
+    return _exp_upto710_f64(F64(710.0) if x > F64(710.0) else x)
 
 
 @_inline
@@ -76,13 +81,11 @@ def exp2_f64(x):
 
 
 @_inline
-def expm1_f64(x):
-    x = F64(x)
-    xc = F64(710.0) if x > F64(710.0) else x
-    xc = F64(-40.0) if xc < F64(-40.0) else xc
-    t = _fma(xc, _LOG2E_F64, _MAGIC_F64)
+def _expm1_reduce_f64(x):
+    """(expm1(r), k) for x = k ln2 + r, x in [-40, 710] or NaN."""
+    t = _fma(x, _LOG2E_F64, _MAGIC_F64)
     n = t - _MAGIC_F64
-    r = _fma(n, -_LN2_HI_F64, xc)
+    r = _fma(n, -_LN2_HI_F64, x)
     r = _fma(n, -_LN2_LO_F64, r)
     # r + r**2/2 + r**3 * P(r), minimax, relative error 2**-61.3
     p = _fma(F64(2.0878989020926506e-09), r, F64(2.5110955663721446e-08))
@@ -94,11 +97,28 @@ def expm1_f64(x):
     p = _fma(p, r, F64(0.008333333333320264))
     p = _fma(p, r, F64(0.04166666666666656))
     p = _fma(p, r, F64(0.16666666666666677))
-    e = _fma(r * r, _fma(p, r, F64(0.5)), r)
-    k = _bits64(t) - _bits64(_MAGIC_F64)
+    return _fma(r * r, _fma(p, r, F64(0.5)), r), _bits64(t) - _bits64(_MAGIC_F64)
+
+
+@_inline
+def expm1_f64(x):
+    x = F64(x)
+    xc = F64(710.0) if x > F64(710.0) else x
+    xc = F64(-40.0) if xc < F64(-40.0) else xc
+    e, k = _expm1_reduce_f64(xc)
     kb = 512 if k > 512 else 0
     s = _pow2_f64(k - kb)
     y = _fma(s, e, s - _pow2_f64(-kb)) * _pow2_f64(kb)
+    return x if abs(x) < F64(2.0**-54) else y
+
+
+@_inline
+def _expm1_mid_f64(x):
+    """expm1_f64(x) for x in [-40, 44] or NaN, bit for bit: |k| <= 64, so neither the clamps
+    nor the split of 2**k are needed (tanh's argument)."""
+    e, k = _expm1_reduce_f64(x)
+    s = _pow2_f64(k)
+    y = _fma(s, e, s - F64(1.0))
     return x if abs(x) < F64(2.0**-54) else y
 
 
@@ -169,14 +189,14 @@ def tanh_f64(x):
     x = F64(x)
     a = abs(x)
     a = F64(22.0) if a > F64(22.0) else a  # tanh(22) rounds to 1
-    t = expm1_f64(a + a)
+    t = _expm1_mid_f64(a + a)
     return math.copysign(_div(t, t + F64(2.0)), x)
 
 
 @_inline
 def logistic_f64(x):
     x = F64(x)
-    e = exp_f64(-abs(x))
+    e = _exp_upto710_f64(-abs(x))
     return _div(F64(1.0) if x >= F64(0.0) else e, F64(1.0) + e)
 
 
