@@ -146,3 +146,21 @@ def test_an_integer_kernel_through_an_artifact(tmp_path):
     got = loaded(x, x[::-1].copy())
     np.testing.assert_array_equal(got, np.asarray(jnp.asarray(x) * 3 + jnp.asarray(x[::-1])))
     np.testing.assert_array_equal(loaded(x[::-1], x), np.asarray(jnp.asarray(x[::-1]) * 3 + jnp.asarray(x)))
+
+
+def test_a_small_output_fusion_runs_its_product_into_the_output():
+    """A serial output fusion of a C kernel: BLAS writes the product into the output, then the
+    kernel applies its epilogue there; NaN and infinities come through as jax gives them."""
+    import jax
+
+    def f(x, w, b):
+        return jnp.tanh(x @ w + b)
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    w, b = rng.standard_normal((32, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    x[0, 0], x[1, :], w[:, 3] = np.nan, np.inf, 0
+    compiled = xfuse.jit(f, backend="c").lower(x, w, b).compile()
+    assert compiled.executable.steps[0].run.__name__ == "in_place"
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(compiled(x, w, b), np.asarray(jax.jit(f)(x, w, b)), rtol=2e-6, atol=2e-6)
