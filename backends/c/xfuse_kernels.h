@@ -816,20 +816,39 @@ static inline float scalar_round_f16(float x) {
 }
 
 /* ============================================================================ row reductions */
-/* Sums in any order (vector lanes): NaN and infinities propagate as in any order of the sum. */
-static inline float rows_sum_f32(const float *a, int64_t n) {
+/* Sums in any order (vector lanes): 32 f32 or 16 f64 partial sums, four AVX2 vectors, so that
+ * four additions are in flight (one accumulator waits on each addition's latency: 1.6x slower
+ * on a row in cache), then the sum of the partials. NaN and infinities propagate as in any
+ * order of the sum. */
+static inline __attribute__((always_inline)) float rows_sum_f32(const float *a, int64_t n) {
+    float part[32] = {0};
+    int64_t body = n - n % 32;
+    for (int64_t i = 0; i < body; i += 32)
+#pragma omp simd
+        for (int j = 0; j < 32; j++)
+            part[j] += a[i + j];
+    for (int64_t i = body; i < n; i++)
+        part[i - body] += a[i];
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++)
-        s += a[i];
+    for (int j = 0; j < 32; j++)
+        s += part[j];
     return s;
 }
 
-static inline double rows_sum_f64(const double *a, int64_t n) {
+static inline __attribute__((always_inline)) double rows_sum_f64(const double *a, int64_t n) {
+    double part[16] = {0};
+    int64_t body = n - n % 16;
+    for (int64_t i = 0; i < body; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++)
+            part[j] += a[i + j];
+    for (int64_t i = body; i < n; i++)
+        part[i - body] += a[i];
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++)
-        s += a[i];
+    for (int j = 0; j < 16; j++)
+        s += part[j];
     return s;
 }
 
