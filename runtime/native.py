@@ -113,24 +113,27 @@ def adapt(cfn, name: str, ints: int, inputs: int) -> Callable:
         except (TypeError, ValueError, BufferError):  # read-only or empty
             return a.ctypes.data
 
-    def slow(args):
-        arrays = args[ints:]
+    def slow(args) -> tuple[list, list[int]]:
+        """(the arrays, kept alive through the call, and their addresses)."""
+        arrays = list(args[ints:])
         for k in range(inputs):
             a = arrays[k]
-            if not (a.flags.c_contiguous and a.dtype.isnative):
-                arrays = list(arrays)
+            if not isinstance(a, np.ndarray):  # a numpy scalar for a 0-d input
+                arrays[k] = np.asarray(a)
+            elif not (a.flags.c_contiguous and a.dtype.isnative):
                 arrays[k] = np.ascontiguousarray(a, a.dtype.newbyteorder("="))
-        return [pointer(a) for a in arrays]
+        return arrays, [pointer(a) for a in arrays]
 
     def call(*args):
+        _kept = None  # arrays made here live until the call returns
         try:  # writable and C-contiguous, or it raises
             pointers = [address(view(a)) for a in args[ints:]]
         except (TypeError, ValueError, BufferError):
-            pointers = slow(args)
+            _kept, pointers = slow(args)
         else:
             for k in range(ints, ints + inputs):
                 if not args[k].dtype.isnative:
-                    pointers = slow(args)
+                    _kept, pointers = slow(args)
                     break
         if cfn(*args[:ints], *pointers):
             raise MemoryError(f"kernel {name} could not allocate its row buffers")
