@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 
 from tests.fuzz.bounds import compare, evaluate
-from tests.fuzz.check import describe, engines, load_regression, mismatches, save_regression
+from tests.fuzz.check import describe, describe_xla, engines, load_regression, mismatches, save_regression
 from tests.fuzz.programs import Program, Step, Value, make_inputs, programs_with_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,11 +57,8 @@ def test_the_baseline_is_within_its_own_bounds_and_jax_jit_too(case):
         assert not compare(w, w, b).any()
     with jax.enable_x64(program.x64):
         got = [np.asarray(g) for g in jax.tree_util.tree_leaves(jax.jit(program.function())(*inputs))]
-    # jax.jit is not held to outputs where XLA:CPU departs from the documented value (bounds.py;
-    # e.g. its float64 log1p, 128 ulps off near -0.41), as in check.py
-    held = [i for i, b in enumerate(bounds) if not b.xla_departs]
-    assert len(got) == len(want)
-    assert describe("jax.jit", [got[i] for i in held], [want[i] for i in held], [bounds[i] for i in held]) == []
+    # not held where XLA:CPU departs from the documented value (its float64 log1p near -0.41)
+    assert describe_xla("jax.jit", got, want, bounds) == []
 
 
 @settings(max_examples=40)
