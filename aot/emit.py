@@ -13,16 +13,15 @@ Imports numpy, the C backend and the numba backend's lowering; jax only for resu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-
 from xfuse.backends.c import render, toolchain
 from xfuse.backends.c.backend import kernel_texts
 from xfuse.backends.numba.lowering import Lowered, lower
 from xfuse.runtime.plan import ALIGN
-from xfuse.runtime.program import Kernel, build
+from xfuse.runtime.program import Kernel, build, walk
 
 from .gemm import ITEMSIZE, _ctype, gemm
 
@@ -164,17 +163,44 @@ def generate(lowered: Lowered, name: str, input_names: list[str] | None = None,
     return "\n".join(parts) + "\n", _header(name, inputs, outputs)
 
 
+@dataclass
+class Shared:
+    """What the functions of one C file share: the static arrays of constants (by C name,
+    `<constant_prefix><key>`) and a GEMM function per dot, named from `prefix`."""
+
+    prefix: str
+    constant_prefix: str = "xf_const_"
+    constants: dict[str, str] = field(default_factory=dict)
+    dots: list[str] = field(default_factory=list)
+
+
 class _Entry:
     """The entry function of one program: values tracked at generation time, buffers placed by
-    the runtime's planner, each step as C."""
+    the runtime's planner, each step as C. `loop_body`: the program is a while loop's body
+    (`aot/loop.py`): a kernel step with a `window` writes its target input in place, and a
+    result that is its own parameter (state passed along, or written by a window) is kept
+    there, with no output."""
 
-    def __init__(self, lowered: Lowered, name: str, openmp: bool) -> None:
-        self.lowered, self.name, self.openmp = lowered, name, openmp
+    def __init__(self, lowered: Lowered, name: str, openmp: bool, shared: Shared | None = None,
+                 loop_body: bool = False) -> None:
+        self.lowered, self.name, self.openmp, self.loop_body = lowered, name, openmp, loop_body
         self.program = lowered.program
-        self.constants: list[str] = []  # static arrays of the program's constants
-        self.dots: list[str] = []  # a GEMM function per dot
+        self.shared = shared if shared is not None else Shared(name)
+        self.windows: dict[int, int] = {}  # step -> the parameter it writes in place
+        self.parts: dict[int, tuple[_Entry, str]] = {}  # window step -> its parts' function
+        self.functions: list[str] = []  # static functions the entry calls (window parts)
         self.values = self.trace()
+        self.kept = {j for j, slot in enumerate(self.program["results"])
+                     if loop_body and getattr(self.values[slot], "key", None) == ("param", j)}
         self.place(self.values)
+
+    @property
+    def constants(self) -> list[str]:
+        return list(self.shared.constants.values())
+
+    @property
+    def dots(self) -> list[str]:
+        return self.shared.dots
 
     # ------------------------------------------------------------------ values
     def trace(self) -> list:
@@ -198,6 +224,8 @@ class _Entry:
             elif op == "dot":
                 _check_dtypes(what, [*ins, Leaf((), (), step["dtype"])])
                 out = Leaf((i, 0), tuple(step["dims"]), step["dtype"])
+            elif op == "kernel" and "window" in step and self.loop_body:
+                out = [self._window(i, step, ins, what)]
             elif op == "kernel":
                 out = self._kernel(i, step, ins, what)
             elif op == "nested":
@@ -240,6 +268,20 @@ class _Entry:
             return Leaf(ins[0].key, tuple(step["dims"]), ins[0].dtype)
         raise ValueError(f"{what}: unknown alias kind {kind!r}")
 
+    def _window(self, i: int, step: dict, ins: list, what: str) -> Leaf:
+        """The target input, which the step writes in place. Parts computed by kernels of
+        their own (the update, the starts) run as a function of their own into the arena."""
+        window, target = step["window"], step["window"]["target"]
+        if window["parts"]["steps"]:
+            parts = _Entry(replace(self.lowered, program=window["parts"]), self.name, self.openmp, self.shared)
+            self.parts[i] = (parts, f"{self.shared.prefix}_window_{i}")
+        leaf = ins[target]
+        if not (isinstance(leaf, Leaf) and leaf.key[0] == "param"):
+            raise ValueError(f"{what} ({step['label']}): a window into a value that is no loop state")
+        _check_dtypes(f"{what} ({step['label']})", [leaf])
+        self.windows[i] = leaf.key[1]
+        return leaf
+
     @staticmethod
     def _kernel(i: int, step: dict, ins: list, what: str):
         if len(ins) != len(step["params"]) or not all(isinstance(v, Leaf) for v in ins):
@@ -259,11 +301,13 @@ class _Entry:
         """Where every buffer lives: outputs[j] for a result, else the arena (planner offsets,
         then buffers the plan leaves out, then one step's dot scratch)."""
         program = self.program
-        dummy = {s["kernel"]: Kernel(lambda *a: None) for s in program["steps"] if s["op"] == "kernel"}
+        dummy = {s["kernel"]: Kernel(lambda *a: None) for s in walk(program) if s["op"] == "kernel"}
         plan = build(program, dummy, self.lowered.constants).plan
         self.storage: dict[tuple, str] = {}
         self.copies: list[tuple[int, Leaf]] = []
         for j, slot in enumerate(program["results"]):
+            if j in self.kept:
+                continue
             leaf = values[slot]
             planned = leaf.key in plan.offsets or leaf.key in plan.in_place
             if isinstance(leaf.key[0], int) and not planned and leaf.key not in self.storage:
@@ -275,7 +319,7 @@ class _Entry:
             self.storage[(i, k)] = f"(xf_arena + {offset})"
         scratch = 0
         for i, step in enumerate(program["steps"]):
-            if step["op"] == "alias":
+            if step["op"] == "alias" or i in self.windows:
                 continue
             specs = [(step["dims"], step["dtype"])] if step["op"] == "dot" else step["specs"]
             for k, (dims, dtype) in enumerate(specs):
@@ -285,6 +329,11 @@ class _Entry:
             d = step.get("dot")
             if step["op"] == "kernel" and d is not None and not self._in_out(step):
                 scratch = max(scratch, _aligned(Leaf((), tuple(d["dims"]), d["dtype"]).nbytes))
+        for i, (parts, _) in self.parts.items():  # what a window's parts compute
+            for k, slot in enumerate(parts.program["results"]):
+                leaf = parts.values[slot]
+                self.storage[(i, "part", k)] = f"(xf_arena + {top})"
+                top += _aligned(leaf.nbytes)
         self.scratch_at, self.arena_bytes = top, top + scratch
 
     def pointer(self, leaf: Leaf, values: list) -> str:
@@ -292,7 +341,7 @@ class _Entry:
         if kind == "param":
             return f"inputs[{leaf.key[1]}]"
         if kind == "const":
-            return f"xf_const_{leaf.key[1]}"
+            return self.body_constant(leaf.key[1])
         if leaf.key in self.in_place:  # a kernel writing over an input that dies here
             return self.pointer(values[self.in_place[leaf.key]], values)
         return self.storage[leaf.key]
@@ -305,12 +354,14 @@ class _Entry:
             Leaf((), tuple(d["dims"]), dtype).size == Leaf((), tuple(dims), dtype).size
 
     # ------------------------------------------------------------------ code
-    def body(self) -> str:
+    def body(self, function: str | None = None) -> str:
+        """The C function `int <function>(const void *const *inputs, void *const *outputs)`
+        (default: the exported `<name>_run`; a name given makes it static)."""
         values = self.values
-        for key in dict.fromkeys(self.program["constants"].values()):
-            array = np.ascontiguousarray(self.lowered.constants[key])
-            self.constants.append(render._constant(f"xf_const_{key}", array, _ctype(array.dtype.name)))
-        lines = [f"XF_API int {self.name}_run(const void *const *inputs, void *const *outputs) {{"]
+        for key in self.program["constants"].values():
+            self.body_constant(key)
+        head = f"XF_API int {self.name}_run" if function is None else f"static int {function}"
+        lines = [f"{head}(const void *const *inputs, void *const *outputs) {{"]
         emit = lambda depth, text: lines.append("    " * depth + text)  # noqa: E731
         emit(1, "int xf_status = 1;")
         emit(1, "char *xf_arena = NULL;  /* the temporaries, laid out by the runtime's planner */")
@@ -324,7 +375,9 @@ class _Entry:
             outs = self._outputs(i, step, values)
             label = step.get("label", "dot_general")
             emit(1, f"/* {step['name']}: {label} -> {', '.join(map(str, outs))} */")
-            if step["op"] == "dot":
+            if i in self.windows:
+                self._window_copy(emit, i, step, ins, values)
+            elif step["op"] == "dot":
                 fn = self._dot(step, step, [v.dtype for v in ins])
                 emit(1, f"if ({fn}({', '.join(self._arg(v, values, const=True) for v in ins)}, "
                         f"{self._arg(outs[0], values)})) goto done;")
@@ -337,7 +390,7 @@ class _Entry:
         emit(1, "free(xf_arena);")
         emit(1, "return xf_status;")
         emit(0, "}")
-        return "\n".join(lines)
+        return "\n".join([*self.functions, *lines])
 
     def _outputs(self, i: int, step: dict, values: list) -> list[Leaf]:
         if step["op"] == "dot":
@@ -377,9 +430,72 @@ class _Entry:
         emit(2, "if (xf_failed) goto done;")
         emit(1, "}")
 
+    def _window_copy(self, emit, i: int, step: dict, ins: list[Leaf], values: list) -> None:
+        """The update copied into the target's window at the starts, each clamped so the
+        window fits (as dynamic_update_slice clamps them), a contiguous run per row."""
+        window = step["window"]
+        parts, dims, udims = window["parts"], window["dims"], window["update_dims"]
+        target = ins[window["target"]]
+        constants = {int(slot): key for slot, key in parts["constants"].items()}
+
+        def part(slot: int) -> Leaf | int:
+            if slot in constants:
+                return int(np.asarray(self.lowered.constants[constants[slot]]).reshape(-1)[0])
+            return ins[parts["params"].index(slot)]
+
+        if i in self.parts:  # computed into the arena by the parts' own function
+            entry, fn = self.parts[i]
+            self.functions.append(entry.body(fn))
+            leaves = [entry.values[slot] for slot in parts["results"]]
+            parts_in = ", ".join(f"(const void *){self.pointer(v, values)}" for v in ins) or "NULL"
+            parts_out = ", ".join(self.storage[(i, "part", k)] for k in range(len(leaves)))
+            emit(1, "{")
+            emit(2, f"const void *xf_in[] = {{{parts_in}}};")
+            emit(2, f"void *xf_out[] = {{{parts_out}}};")
+            emit(2, f"if ({fn}(xf_in, xf_out)) goto done;")
+            emit(1, "}")
+            update, *starts = (Leaf((i, "part", k), v.dims, v.dtype) for k, v in enumerate(leaves))
+        else:
+            update, *starts = (part(slot) for slot in parts["results"])
+        if not isinstance(update, Leaf):  # a constant update: a static array of its own
+            update = Leaf(("const", constants[parts["results"][0]]), tuple(udims), target.dtype)
+            self.body_constant(update.key[1])
+        emit(1, "{")
+        for d, (start, size, u) in enumerate(zip(starts, dims, udims)):
+            read = str(start) if isinstance(start, int) else \
+                f"(int64_t)*(const {_ctype(start.dtype)} *){self.pointer(start, values)}"
+            emit(2, f"const int64_t xf_s{d} = XF_MIN(XF_MAX({read}, (int64_t)0), (int64_t){size - u});")
+        rank, itemsize = len(udims), ITEMSIZE[target.dtype]
+        to, at = f"(char *){self.pointer(target, values)}", f"(const char *){self.pointer(update, values)}"
+        if rank == 0 or 0 in udims:
+            if rank == 0:
+                emit(2, f"memcpy({to}, {at}, {itemsize});")
+            emit(1, "}")
+            return
+        for d in range(rank - 1):
+            emit(2 + d, f"for (int64_t xf_i{d} = 0; xf_i{d} < {udims[d]}; xf_i{d}++)")
+        offset, source = "0", "0"
+        for d in range(rank):
+            index = f"xf_s{d}" if d == rank - 1 else f"(xf_s{d} + xf_i{d})"
+            offset = index if d == 0 else f"({offset}) * {dims[d]} + {index}"
+            if d < rank - 1:
+                source = f"xf_i{d}" if d == 0 else f"({source}) * {udims[d]} + xf_i{d}"
+        source = f"({source}) * {udims[-1]}" if rank > 1 else "0"
+        emit(1 + rank, f"memcpy({to} + ({offset}) * {itemsize}, {at} + {source} * {itemsize}, "
+                       f"{udims[-1] * itemsize});")
+        emit(1, "}")
+
+    def body_constant(self, key: str) -> str:
+        """The C name of the static array of constant `key` (written once per file)."""
+        name = f"{self.shared.constant_prefix}{key}"
+        if name not in self.shared.constants:
+            array = np.ascontiguousarray(self.lowered.constants[key])
+            self.shared.constants[name] = render._constant(name, array, _ctype(array.dtype.name))
+        return name
+
     def _dot(self, d: dict, step: dict, operand_dtypes: list[str]) -> str:
         """The name of a new GEMM function for this dot_general."""
-        fn = f"{self.name}_dot_{len(self.dots)}"
+        fn = f"{self.shared.prefix}_dot_{len(self.dots)}"
         self.dots.append(gemm(fn, d, operand_dtypes, self.openmp, step["name"]))
         return fn
 
@@ -418,10 +534,10 @@ def _metadata(name: str, inputs: list[Port], outputs: list[Port]) -> str:
             "dtype": ("const char *", [_c_string(p.dtype) for p in ports], "NULL"),
             "name": ("const char *", [_c_string(p.name) for p in ports], "NULL"),
         }
-        for field, (ctype, items, missing) in rows.items():
-            out.append(f"static {ctype} const {table}_{field}[{n}] = {{{', '.join(items) or missing}}};")
-            out.append(f"XF_API {ctype} {name}_{kind}_{field}(int i) {{ "
-                       f"return i >= 0 && i < {len(ports)} ? {table}_{field}[i] : {missing}; }}")
+        for column, (ctype, items, missing) in rows.items():
+            out.append(f"static {ctype} const {table}_{column}[{n}] = {{{', '.join(items) or missing}}};")
+            out.append(f"XF_API {ctype} {name}_{kind}_{column}(int i) {{ "
+                       f"return i >= 0 && i < {len(ports)} ? {table}_{column}[i] : {missing}; }}")
     return "\n".join(out) + "\n"
 
 

@@ -18,6 +18,8 @@ from xfuse.backends.numba.lowering import lower
 from xfuse.runtime import artifact
 from xfuse.runtime.program import Kernel, build, walk
 
+from .loop import loop_drivers
+
 _LEAF = object()
 
 
@@ -97,7 +99,7 @@ def save(compiled, path: str | Path, *, target: str = "native", platforms=None) 
     if platforms is not None:
         raise ValueError("platforms= applies to the jax backend's artifacts; use target= for native code")
     lowered = lower(compiled.module)
-    library = build_library(c_source(lowered), target).read_bytes()
+    library = build_library(c_source(lowered) + loop_drivers(lowered), target).read_bytes()
     manifest = {
         "name": compiled.module.name,
         "xfuse": _version(),

@@ -97,7 +97,38 @@ def kernels(library: ctypes.CDLL, program: dict) -> dict[str, Kernel]:
         if twin is not None and DATA_OFFSET is not None:
             call = adapt_objects(twin, call, ints, arrays - outputs, arrays)
         found[name] = Kernel(call, pointers=True)
+    for step in walk(program):
+        if step["op"] == "while" and "native_state" in step and step["native"] not in found:
+            cfn = getattr(library, step["native"], None)
+            if cfn is not None:  # else the runtime runs the loop
+                found[step["native"]] = Kernel(loop_driver(cfn, step))
     return found
+
+
+def loop_driver(cfn, step: dict) -> Callable:
+    """run(state) -> the final state, through a C loop driver (`aot/loop.py`): a "new" element
+    gets a fresh buffer for its final value, an "owned" one (written in place by the body) a
+    copy of its initial value, and a "pass" one is handed back as it came."""
+    cfn.restype = ctypes.c_int
+    cfn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    kinds = step["native_state"]
+    specs = [(tuple(dims), np.dtype(dtype)) for dims, dtype in step["body"]["param_specs"]]
+    pointers = ctypes.c_void_p * max(1, len(kinds))
+
+    def run(state: list) -> list:
+        init, final = [], []
+        for x, kind, (dims, dtype) in zip(state, kinds, specs):
+            a = np.ascontiguousarray(x, dtype).reshape(dims)
+            if kind == "owned":
+                a = a.copy()
+            init.append(a)
+            final.append(np.empty(dims, dtype) if kind == "new" else a)
+        if cfn(pointers(*[a.ctypes.data for a in init]), pointers(*[a.ctypes.data for a in final])):
+            raise MemoryError(f"loop {step['name']!r} could not allocate its buffers")
+        return final
+
+    run.__name__ = step["native"]
+    return run
 
 
 def adapt(cfn, name: str, ints: int, inputs: int) -> Callable:
@@ -183,4 +214,4 @@ def adapt_objects(twin, general: Callable, ints: int, inputs: int, arrays: int) 
     return call
 
 
-__all__ = ["adapt", "adapt_objects", "kernel_arity", "kernels", "open_library", "open_library_bytes"]
+__all__ = ["adapt", "adapt_objects", "kernel_arity", "kernels", "loop_driver", "open_library", "open_library_bytes"]

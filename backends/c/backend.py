@@ -132,9 +132,12 @@ def compile_module(module: Module) -> Executable:
 
 def compile_modules(modules: list[Module]) -> list[Executable]:
     """Executables for several modules from one library (one compiler run)."""
+    from xfuse.aot.loop import loop_drivers  # the drivers are written by the AOT entry's code
+
     lowered = [lower(m, f"m{i}_" if len(modules) > 1 else "") for i, m in enumerate(modules)]
     texts = [kernel_texts(low) for low in lowered]
-    library = open_library(build_library(library_source([t for each in texts for t in each.values()])))
+    drivers = [loop_drivers(low, f"xf_m{i}_loop") for i, low in enumerate(lowered)]
+    library = open_library(build_library(library_source([t for each in texts for t in each.values()] + drivers)))
     executables = []
     for low, sources in zip(lowered, texts):
         found = library_kernels(library, low.program)
