@@ -38,6 +38,10 @@ ENTRY_PRELUDE = r"""
 #define XF_THREADS ((int64_t)1)
 #endif
 #define XF_API __attribute__((visibility("default")))
+#if defined(__AVX2__) && defined(__FMA__) && !defined(XF_NO_GEMM_AVX2)
+#include <immintrin.h>
+#define XF_GEMM_AVX2 1  /* GEMM tiles in AVX2 vectors (aot/gemm.py) */
+#endif
 
 /* table[i]: the offset of the i-th index (row-major over `rank` axes) of an index group. */
 static inline void xf_offsets(int64_t *table, int rank, const int64_t *dims, const int64_t *strides) {

@@ -102,6 +102,11 @@ def gemm(fn: str, d: dict, operand_dtypes: list[str], openmp: bool, step: str) -
     tile_step = muladd("x", f"({tc})bk[{index['bn']}]", "sum[i][j]")
     edge_step = muladd(f"({tc}){a_at}", f"({tc}){source}[{b_at} + {index['bn']}]", "one")
     mr, nr = min(DOT_TILE_ROWS, max(M, 1)), min(max(1, 64 // ITEMSIZE[d["dtype"]]), max(N, 1))
+    vector = tc in VECTOR and ta == tb == tc and index["bn"] == "n" and nr == VECTOR[tc][1] * 2
+    if vector:  # AVX2 tiles where the target has them, else the portable loops below
+        lines += ["#ifdef XF_GEMM_AVX2",
+                  *_vector_tiles(tc, openmp, (B, M, N, K), a_at, f"{source} + {b_at}"),
+                  "#else"]
     mt, nt = -(-M // mr), -(-N // nr)
     if openmp and B * M * N * K >= DOT_PARALLEL_WORK and B * mt * nt > 1:
         lines += ["#ifdef _OPENMP", "#pragma omp parallel for collapse(3) schedule(static)", "#endif"]
@@ -139,8 +144,80 @@ def gemm(fn: str, d: dict, operand_dtypes: list[str], openmp: bool, step: str) -
         "            }",
         "        }",
         "    }"]
+    if vector:
+        lines.append("#endif")
     lines += [f"    free({t});" for t in buffers] + ["    return 0;", "}"]
     return "\n".join(lines)
+
+
+# C type -> (AVX2 vector type, its lanes, its intrinsics' suffix)
+VECTOR = {"float": ("__m256", 8, "ps"), "double": ("__m256d", 4, "pd")}
+VECTOR_ROWS = 6  # an AVX2 tile: 6 rows of two vectors, its 12 sums in registers
+
+
+def _vector_tiles(tc: str, openmp: bool, sizes: tuple, a_at: str, b_row: str) -> list[str]:
+    """The GEMM's loops with AVX2 tiles of VECTOR_ROWS x two vectors: per k, two vectors of
+    b's row and each row's element of a broadcast, one fused multiply-add per sum, in the
+    order of k (the same sums as the portable loops). Rows left below a whole tile take one
+    row of two vectors at a time; columns left over (N not a multiple of the two vectors),
+    one element at a time."""
+    vec, lanes, sfx = VECTOR[tc]
+    B, M, N, K = sizes
+    nr, mr = 2 * lanes, VECTOR_ROWS
+    nt, mt = N // nr, -(-M // mr)
+    load, fma = f"_mm256_loadu_{sfx}", f"_mm256_fmadd_{sfx}"
+
+    def tile(rows: int, depth: int) -> list[str]:
+        pad = "    " * depth
+        sums = [f"s{i}{h}" for i in range(rows) for h in range(2)]
+        out = [f"{pad}{vec} {', '.join(f'{x} = _mm256_setzero_{sfx}()' for x in sums)};",
+               f"{pad}for (int64_t k = 0; k < {K}; k++) {{",
+               f"{pad}    const {tc} *bk = {b_row} + n0;",
+               f"{pad}    {vec} b0 = {load}(bk), b1 = {load}(bk + {lanes});",
+               # held in registers: otherwise gcc folds the loads into every row's FMAs,
+               # and a tile does more loads than multiply-adds
+               f'{pad}    __asm__("" : "+x"(b0), "+x"(b1));']
+        for i in range(rows):
+            out += [f"{pad}    {{ const int64_t m = m0 + {i};",
+                    f"{pad}      const {vec} x = _mm256_set1_{sfx}({a_at});",
+                    f"{pad}      s{i}0 = {fma}(x, b0, s{i}0); s{i}1 = {fma}(x, b1, s{i}1); }}"]
+        out.append(f"{pad}}}")
+        for i in range(rows):
+            out.append(f"{pad}_mm256_storeu_{sfx}(cb + (m0 + {i}) * {N} + n0, s{i}0); "
+                       f"_mm256_storeu_{sfx}(cb + (m0 + {i}) * {N} + n0 + {lanes}, s{i}1);")
+        return out
+
+    fma1 = {"float": "xf_fma_f32", "double": "xf_fma_f64"}[tc]
+    lines = []
+    if nt and openmp and B * M * N * K >= DOT_PARALLEL_WORK and B * mt * nt > 1:
+        lines += ["#ifdef _OPENMP", "#pragma omp parallel for collapse(3) schedule(static)", "#endif"]
+    lines += [f"    for (int64_t ib = 0; ib < {B}; ib++) {{",
+              f"        for (int64_t tn = 0; tn < {nt}; tn++) {{",
+              f"            for (int64_t tm = 0; tm < {mt}; tm++) {{",
+              f"                const int64_t n0 = tn * {nr};",
+              f"                {tc} *cb = c + ib * {M * N};",
+              f"                if (tm * {mr} + {mr} <= {M}) {{",
+              f"                    const int64_t m0 = tm * {mr};",
+              *tile(mr, 5),
+              *(["                } else {  /* the rows below the last whole tile */",
+                 f"                    const int64_t m0 = tm * {mr};",
+                 *tile(M % mr, 5)] if M % mr else []),
+              "                }",
+              "            }",
+              "        }",
+              "    }"]
+    if N % nr:  # the columns right of the last whole tile, one element at a time
+        lines += [f"    for (int64_t ib = 0; ib < {B}; ib++) {{",
+                  f"        {tc} *cb = c + ib * {M * N};",
+                  f"        for (int64_t m = 0; m < {M}; m++) {{",
+                  f"            for (int64_t n = {nt * nr}; n < {N}; n++) {{",
+                  f"                {tc} one = 0;",
+                  f"                for (int64_t k = 0; k < {K}; k++) one = {fma1}({a_at}, ({b_row})[n], one);",
+                  f"                cb[m * {N} + n] = one;",
+                  "            }",
+                  "        }",
+                  "    }"]
+    return lines
 
 
 # ---------------------------------------------------------------------------- interface

@@ -260,3 +260,45 @@ def test_a_nested_program_is_refused_naming_its_step():
                           "inputs": [0], "outputs": [1], "program": inner, "tupled": False}]}
     with pytest.raises(ValueError, match=r"step 'fusion\.3' \(nested fusion fused_tuple\).*no nested programs"):
         generate(Lowered(program), "nested")
+
+
+GEMMS = {  # name -> (function, arguments): whole tiles, rows and columns left over, a batch
+    "rnn_step": (lambda h, w: h @ w, (normal(16, 256), normal(256, 256))),
+    "ragged": (lambda a, b: a @ b, (normal(13, 37), normal(37, 50))),
+    "one_tile": (lambda a, b: a @ b, (normal(6, 5), normal(5, 16))),
+    "batched": (lambda a, b: jnp.einsum("bij,bjk->bik", a, b), (normal(3, 7, 9), normal(3, 9, 33))),
+    "special": (lambda a, b: a @ b, (np.where(rng.random((8, 12)) < 0.1, np.float32(np.inf), normal(8, 12)),
+                                     np.where(rng.random((12, 20)) < 0.1, np.float32(np.nan),
+                                              np.where(rng.random((12, 20)) < 0.1, np.float32(-0.0),
+                                                       normal(12, 20))))),
+    "float64": (lambda a, b: a @ b, (rng.standard_normal((11, 17)), rng.standard_normal((17, 21)))),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMS))
+def test_avx2_gemm_tiles_sum_as_the_portable_loops_bit_for_bit(case, tmp_path):
+    """The AVX2 tiles (built where the target has AVX2 and FMA) against the same GEMM built
+    without them: each sum is fused multiply-adds in the order of k in both, so every
+    element, NaN, infinities and -0.0 included, is the same."""
+    import ctypes
+
+    from xfuse.aot.emit import generate
+    from xfuse.backends.numba.lowering import lower
+
+    fn, args = GEMMS[case]
+    with jax.enable_x64(args[0].dtype == np.float64):
+        compiled = xfuse.jit(fn).lower(*args).compile()
+        want = np.asarray(jax.jit(fn)(*args))
+    source, _ = generate(lower(compiled.module), case, openmp=False)
+    assert "#ifdef XF_GEMM_AVX2" in source
+    results = []
+    for variant, extra in (("tiles", ()), ("portable", ("-DXF_NO_GEMM_AVX2",))):
+        path = tmp_path / f"lib{case}_{variant}.so"
+        toolchain.compile_shared(source, path, extra=extra, name=case)
+        run = getattr(ctypes.CDLL(str(path)), f"{case}_run")
+        out = np.empty(want.shape, want.dtype)
+        inputs = (ctypes.c_void_p * 2)(*[np.ascontiguousarray(a).ctypes.data for a in args])
+        assert run(inputs, (ctypes.c_void_p * 1)(out.ctypes.data)) == 0
+        results.append(out)
+    np.testing.assert_array_equal(results[0].view(np.uint8), results[1].view(np.uint8))
+    np.testing.assert_allclose(results[0], want, rtol=1e-4, atol=1e-4)
