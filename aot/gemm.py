@@ -24,6 +24,13 @@ def _ctype(dtype: str) -> str:
 
 
 # ---------------------------------------------------------------------------- GEMM
+def _parallel(split: bool, loops: int) -> list[str]:
+    """The pragma splitting the next `loops` nested loops across OpenMP threads, when `split`."""
+    if not split:
+        return []
+    return ["#ifdef _OPENMP", f"#pragma omp parallel for collapse({loops}) schedule(static)", "#endif"]
+
+
 def _strides(dims) -> list[int]:
     strides, step = [], 1
     for d in reversed(dims):
@@ -85,8 +92,7 @@ def gemm(fn: str, d: dict, operand_dtypes: list[str], openmp: bool, step: str) -
         lines += [f"        free({t});" for t in buffers] + ["        return 1;", "    }"]
         lines += [f"    xf_offsets({t}, {rank}, {t}_dims, {t}_strides);" for t, rank in tables]
     if pack:
-        if openmp and B * K * N >= DOT_PARALLEL_WORK and B * K > 1:
-            lines += ["#ifdef _OPENMP", "#pragma omp parallel for collapse(2) schedule(static)", "#endif"]
+        lines += _parallel(openmp and B * K * N >= DOT_PARALLEL_WORK and B * K > 1, 2)
         lines += [f"    for (int64_t ib = 0; ib < {B}; ib++) {{",
                   f"        for (int64_t k = 0; k < {K}; k++) {{",
                   f"            const {tb} *from = b + {index['bb']} + {index['bk']};",
@@ -108,8 +114,7 @@ def gemm(fn: str, d: dict, operand_dtypes: list[str], openmp: bool, step: str) -
                   *_vector_tiles(tc, openmp, (B, M, N, K), a_at, f"{source} + {b_at}"),
                   "#else"]
     mt, nt = -(-M // mr), -(-N // nr)
-    if openmp and B * M * N * K >= DOT_PARALLEL_WORK and B * mt * nt > 1:
-        lines += ["#ifdef _OPENMP", "#pragma omp parallel for collapse(3) schedule(static)", "#endif"]
+    lines += _parallel(openmp and B * M * N * K >= DOT_PARALLEL_WORK and B * mt * nt > 1, 3)
     lines += [
         f"    for (int64_t ib = 0; ib < {B}; ib++) {{",
         f"        for (int64_t tn = 0; tn < {nt}; tn++) {{",
@@ -188,9 +193,7 @@ def _vector_tiles(tc: str, openmp: bool, sizes: tuple, a_at: str, b_row: str) ->
         return out
 
     fma1 = {"float": "xf_fma_f32", "double": "xf_fma_f64"}[tc]
-    lines = []
-    if nt and openmp and B * M * N * K >= DOT_PARALLEL_WORK and B * mt * nt > 1:
-        lines += ["#ifdef _OPENMP", "#pragma omp parallel for collapse(3) schedule(static)", "#endif"]
+    lines = _parallel(nt and openmp and B * M * N * K >= DOT_PARALLEL_WORK and B * mt * nt > 1, 3)
     lines += [f"    for (int64_t ib = 0; ib < {B}; ib++) {{",
               f"        for (int64_t tn = 0; tn < {nt}; tn++) {{",
               f"            for (int64_t tm = 0; tm < {mt}; tm++) {{",
