@@ -4,9 +4,10 @@ runs the program's steps (the header documents the API). Temporaries live in one
 call laid out by the runtime's planner (no state: calls may run at once); kernels are the C
 backend's, made static; kernel rows and GEMM tiles are split across OpenMP threads; every dot
 is a register-tiled C GEMM generated from `runtime.program.dot_plan` (the dot of an output
-fusion computed whole before its epilogue, not in row blocks). f16/bf16 and complex values,
-nested programs and control flow (while, conditional) are refused with a ValueError naming the
-step, before anything is written.
+fusion computed whole before its epilogue, not in row blocks). A while loop runs as a C loop
+driver (`aot/loop.py`, whose condition and body are written by this module's `_Entry` too).
+f16/bf16 and complex values, nested programs, branches and loops no driver runs are refused
+with a ValueError naming the step, before anything is written.
 Imports numpy, the C backend and the numba backend's lowering; jax only for result names.
 """
 
@@ -24,6 +25,7 @@ from xfuse.runtime.plan import ALIGN
 from xfuse.runtime.program import Kernel, build, walk
 
 from .gemm import ITEMSIZE, _ctype, gemm
+from .interface import Port, header, metadata
 
 ENTRY_PRELUDE = r"""
 /* ---------------------------------------------------------------- the entry function */
@@ -78,19 +80,6 @@ class Leaf:
 
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(map(str, self.dims))}]"
-
-
-@dataclass(frozen=True)
-class Port:
-    """An argument or result of the entry function: its name in the Python signature."""
-
-    name: str
-    dims: tuple[int, ...]
-    dtype: str
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
 
 
 def emit_c(compiled, out_dir: str | Path, name: str | None = None, *, target: str = "native",
@@ -163,8 +152,8 @@ def generate(lowered: Lowered, name: str, input_names: list[str] | None = None,
              render.header_text(), render.PRELUDE,
              "/* Kernels are internal to this library: only the entry function is exported. */",
              "#undef XF_EXPORT", "#define XF_EXPORT static", "#define XF_NO_OBJECT_ENTRIES", *kernels, ENTRY_PRELUDE,
-             *entry.constants, *entry.dots, _metadata(name, inputs, outputs), body]
-    return "\n".join(parts) + "\n", _header(name, inputs, outputs)
+             *entry.constants, *entry.dots, metadata(name, inputs, outputs), body]
+    return "\n".join(parts) + "\n", header(name, inputs, outputs)
 
 
 @dataclass
@@ -192,7 +181,8 @@ class _Entry:
         self.shared = shared if shared is not None else Shared(name)
         self.windows: dict[int, int] = {}  # step -> the parameter it writes in place
         self.parts: dict[int, tuple[_Entry, str]] = {}  # window step -> its parts' function
-        self.functions: list[str] = []  # static functions the entry calls (window parts)
+        self.functions: list[str] = []  # static functions the entry calls (loops, window parts)
+        self.loops: dict[int, tuple[list[str], str]] = {}  # while step -> (state kinds, driver)
         self.values = self.trace()
         self.kept = {j for j, slot in enumerate(self.program["results"])
                      if loop_body and getattr(self.values[slot], "key", None) == ("param", j)}
@@ -235,10 +225,12 @@ class _Entry:
             elif op == "nested":
                 raise ValueError(f"{what} ({step.get('label', 'a nested fusion')}) runs as a nested "
                                  "program of its own; the C entry has no nested programs")
+            elif op == "while" and not self.loop_body:
+                out = self._loop(i, step, ins, what)
             elif op in ("while", "conditional"):
                 raise ValueError(f"{what} ({step['label']}) is control flow, which the runtime runs; "
-                                 "the C entry has no loops or branches (save the function as an "
-                                 "artifact with compiled.save instead)")
+                                 "the C entry has no branches or loops inside loops (save the "
+                                 "function as an artifact with compiled.save instead)")
             elif op == "library":
                 raise ValueError(f"{what} ({step['label']}) is a numpy library call; the C entry has "
                                  "no library calls (run the artifact with xfuse.aot.load instead)")
@@ -272,13 +264,29 @@ class _Entry:
             return Leaf(ins[0].key, tuple(step["dims"]), ins[0].dtype)
         raise ValueError(f"{what}: unknown alias kind {kind!r}")
 
+    def _loop(self, i: int, step: dict, ins: list, what: str) -> tuple:
+        """The loop's final state: a value passed along unchanged is its input; any other
+        element gets a buffer of its own. The loop runs as a C driver (`aot/loop.py`)."""
+        from .loop import driver  # which builds on this module
+
+        name = f"{self.shared.prefix}_loop_{i}"
+        try:
+            text, kinds = driver(self.lowered, step, name, self.shared)
+        except ValueError as e:
+            raise ValueError(f"{what} ({step['label']}) is a loop the C entry cannot run: {e} "
+                             "(save the function as an artifact with compiled.save instead)") from None
+        self.functions.append(text)
+        self.loops[i] = (kinds, name)
+        return tuple(ins[k] if kind == "pass" else Leaf((i, k), tuple(dims), dtype)
+                     for k, (kind, (dims, dtype)) in enumerate(zip(kinds, step["body"]["param_specs"])))
+
     def _window(self, i: int, step: dict, ins: list, what: str) -> Leaf:
         """The target input, which the step writes in place. Parts computed by kernels of
         their own (the update, the starts) run as a function of their own into the arena."""
         window, target = step["window"], step["window"]["target"]
         if window["parts"]["steps"]:
             parts = _Entry(replace(self.lowered, program=window["parts"]), self.name, self.openmp, self.shared)
-            self.parts[i] = (parts, f"{self.shared.prefix}_window_{i}")
+            self.parts[i] = (parts, f"{self.name}_window_{i}")
         leaf = ins[target]
         if not (isinstance(leaf, Leaf) and leaf.key[0] == "param"):
             raise ValueError(f"{what} ({step['label']}): a window into a value that is no loop state")
@@ -324,6 +332,13 @@ class _Entry:
         scratch = 0
         for i, step in enumerate(program["steps"]):
             if step["op"] == "alias" or i in self.windows:
+                continue
+            if i in self.loops:  # the final state's own buffers (never shared)
+                for k, kind in enumerate(self.loops[i][0]):
+                    leaf = values[step["outputs"][0]][k]
+                    if kind != "pass" and leaf.key not in self.storage:
+                        self.storage[leaf.key] = f"(xf_arena + {top})"
+                        top += _aligned(leaf.nbytes)
                 continue
             specs = [(step["dims"], step["dtype"])] if step["op"] == "dot" else step["specs"]
             for k, (dims, dtype) in enumerate(specs):
@@ -381,6 +396,8 @@ class _Entry:
             emit(1, f"/* {step['name']}: {label} -> {', '.join(map(str, outs))} */")
             if i in self.windows:
                 self._window_copy(emit, i, step, ins, values)
+            elif i in self.loops:
+                self._loop_call(emit, i, ins, outs, values)
             elif step["op"] == "dot":
                 fn = self._dot(step, step, [v.dtype for v in ins])
                 emit(1, f"if ({fn}({', '.join(self._arg(v, values, const=True) for v in ins)}, "
@@ -396,7 +413,24 @@ class _Entry:
         emit(0, "}")
         return "\n".join([*self.functions, *lines])
 
+    def _loop_call(self, emit, i: int, ins: list[Leaf], outs: list[Leaf], values: list) -> None:
+        """The driver called on the initial state; an element the body writes in place (a
+        window's) is first copied into the loop's own buffer."""
+        kinds, fn = self.loops[i]
+        emit(1, "{")
+        for k, kind in enumerate(kinds):
+            if kind == "owned":
+                emit(2, f"memcpy({self.pointer(outs[k], values)}, {self.pointer(ins[k], values)}, {outs[k].nbytes});")
+        init = [self.pointer(outs[k] if kind == "owned" else ins[k], values) for k, kind in enumerate(kinds)]
+        final = [self.pointer(ins[k] if kind == "pass" else outs[k], values) for k, kind in enumerate(kinds)]
+        emit(2, f"const void *xf_init[] = {{{', '.join(f'(const void *){p}' for p in init)}}};")
+        emit(2, f"void *xf_final[] = {{{', '.join(f'(void *){p}' for p in final)}}};")
+        emit(2, f"if ({fn}(xf_init, xf_final)) goto done;")
+        emit(1, "}")
+
     def _outputs(self, i: int, step: dict, values: list) -> list[Leaf]:
+        if step["op"] == "while":
+            return list(values[step["outputs"][0]])
         if step["op"] == "dot":
             return [Leaf((i, 0), tuple(step["dims"]), step["dtype"])]
         return [Leaf((i, k), tuple(dims), dtype) for k, (dims, dtype) in enumerate(step["specs"])]
@@ -518,83 +552,6 @@ def _check_dtypes(what: str, leaves: list) -> None:
 
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-def _metadata(name: str, inputs: list[Port], outputs: list[Port]) -> str:
-    """Static tables of the arguments and results, and their accessor functions."""
-    out = [f"XF_API int {name}_num_inputs(void) {{ return {len(inputs)}; }}",
-           f"XF_API int {name}_num_outputs(void) {{ return {len(outputs)}; }}"]
-    for kind, ports in (("input", inputs), ("output", outputs)):
-        n = max(1, len(ports))
-        table = f"xf_{kind}"
-        for i, p in enumerate(ports):
-            out.append(f"static const int64_t {table}_dims_{i}[{max(1, len(p.dims))}] = "
-                       f"{{{', '.join(map(str, p.dims)) or '1'}}};")
-        rows = {
-            "rank": ("int", [str(len(p.dims)) for p in ports], "-1"),
-            "dims": ("const int64_t *", [f"{table}_dims_{i}" for i in range(len(ports))], "NULL"),
-            "size": ("int64_t", [str(p.size) for p in ports], "-1"),
-            "bytes": ("int64_t", [str(p.size * ITEMSIZE[p.dtype]) for p in ports], "-1"),
-            "dtype": ("const char *", [_c_string(p.dtype) for p in ports], "NULL"),
-            "name": ("const char *", [_c_string(p.name) for p in ports], "NULL"),
-        }
-        for column, (ctype, items, missing) in rows.items():
-            out.append(f"static {ctype} const {table}_{column}[{n}] = {{{', '.join(items) or missing}}};")
-            out.append(f"XF_API {ctype} {name}_{kind}_{column}(int i) {{ "
-                       f"return i >= 0 && i < {len(ports)} ? {table}_{column}[i] : {missing}; }}")
-    return "\n".join(out) + "\n"
-
-
-def _c_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _header(name: str, inputs: list[Port], outputs: list[Port]) -> str:
-    guard, upper = f"XFUSE_{name.upper()}_H", name.upper()
-
-    def describe(kind: str, ports: list[Port]) -> list[str]:
-        return [f" *   {kind}[{i}]  {p.name}: {p.dtype}[{','.join(map(str, p.dims))}] "
-                f"({_ctype(p.dtype)}, {p.size} elements)" for i, p in enumerate(ports)]
-
-    def defines(kind: str, ports: list[Port]) -> list[str]:
-        lines = []
-        for i, p in enumerate(ports):
-            lines += [f"#define {upper}_{kind}{i}_SIZE {p.size}  /* {p.name} */",
-                      f"#define {upper}_{kind}{i}_BYTES {p.size * ITEMSIZE[p.dtype]}"]
-        return lines
-
-    lines = [
-        f"/* {name}.h: generated by xfuse (xfuse.aot.emit_c). Link with -l{name}.",
-        " *",
-        f" * int {name}_run(const void *const *inputs, void *const *outputs);",
-        " *",
-        " * Runs the function once. `inputs` holds one pointer per argument, `outputs` one per",
-        " * result, allocated by the caller and not overlapping the inputs; every array is C-ordered",
-        " * (row-major) in its own type, a scalar one element. Returns 0, or 1 when memory for",
-        " * the temporaries could not be allocated (the outputs are then undefined). Keeps no",
-        " * state: calls from several threads at once are safe. Kernels use OpenMP threads where",
-        " * the library was built with it (OMP_NUM_THREADS sets how many).",
-        " *",
-        " * Arguments:", *describe("inputs", inputs),
-        " * Results:", *describe("outputs", outputs),
-        " *",
-        f" * {name}_input_rank(i), _dims(i), _size(i) (elements), _bytes(i), _dtype(i) (numpy's",
-        f" * name, e.g. \"float32\") and _name(i) describe input i; {name}_output_*(i) output i.",
-        " * Out of range: -1 or NULL.",
-        " */",
-        f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
-        "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
-        f"#define {upper}_NUM_INPUTS {len(inputs)}", f"#define {upper}_NUM_OUTPUTS {len(outputs)}",
-        *defines("INPUT", inputs), *defines("OUTPUT", outputs), "",
-        f"int {name}_run(const void *const *inputs, void *const *outputs);",
-        f"int {name}_num_inputs(void);", f"int {name}_num_outputs(void);",
-    ]
-    for kind in ("input", "output"):
-        lines += [f"int {name}_{kind}_rank(int i);", f"const int64_t *{name}_{kind}_dims(int i);",
-                  f"int64_t {name}_{kind}_size(int i);", f"int64_t {name}_{kind}_bytes(int i);",
-                  f"const char *{name}_{kind}_dtype(int i);", f"const char *{name}_{kind}_name(int i);"]
-    lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif  /* {guard} */"]
-    return "\n".join(lines) + "\n"
 
 
 __all__ = ["emit_c", "gemm", "generate"]

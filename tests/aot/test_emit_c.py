@@ -134,6 +134,13 @@ CASES = {
              (normal(1100), normal(500, 1100)), {}, {}),
     # results that are an argument or a constant are copied out
     "passthrough": (lambda x: (x, x + 1.0, jnp.float32(2.5)), (normal(3, 5),), {}, {}),
+    # loops as C drivers: a scanned RNN (a dot in the body, the stack written a window at a
+    # time in place) and a loop whose trip count depends on the data, whose state is returned
+    "rnn": (lambda xs, wx, wh, b: jax.lax.scan(lambda h, x: (jnp.tanh(x @ wx + h @ wh + b),) * 2,
+                                               jnp.zeros((4, 24), jnp.float32), xs),
+            (normal(9, 4, 16), normal(16, 24) / 4, normal(24, 24) / 5, normal(24)), DOT, {}),
+    "while": (lambda x: jax.lax.while_loop(lambda c: c[1].sum() < 1e4, lambda c: (c[0] + 1, c[1] * 1.5 + 1.0),
+                                           (0, x)), (np.abs(normal(6)),), {}, {}),
 }
 # what each case is there for, as it shows in the generated C
 SHOWS = {
@@ -145,6 +152,8 @@ SHOWS = {
     "integers": "k_reduce_sum_2(0, 1, (int32_t *)outputs[0], (int32_t *)outputs[1])",
     "passthrough": "memmove(outputs[2], xf_const_c0, 4);",
     "scan": "for (int64_t t = 0; t < 500; ++t) {",
+    "rnn": "if (rnn_loop_3(xf_init, xf_final)) goto done;",
+    "while": "if (while_loop_0(xf_init, xf_final)) goto done;",
 }
 
 

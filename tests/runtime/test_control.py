@@ -110,15 +110,18 @@ def test_state_that_is_also_a_result_is_not_clobbered():
             np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
-def test_c_entry_refuses_a_loop_naming_its_step(tmp_path):
+def test_c_entry_refuses_a_loop_it_cannot_run_naming_its_step(tmp_path):
     from xfuse.aot import emit_c
 
-    def f(x):  # a loop no scan fusion takes: its trip count depends on the data
-        return lax.while_loop(lambda c: c.sum() < 100, lambda c: c * 2, x)
+    def f(x):  # a loop with a branch inside: no C loop driver runs it
+        body = lambda c: lax.cond(c[0] > 5, lambda v: v * 3, lambda v: v * 2, c)  # noqa: E731
+        return lax.while_loop(lambda c: c.sum() < 100, body, x)
 
     compiled = xfuse.jit(f, backend="c").lower(np.ones(3, np.float32)).compile()
-    with pytest.raises(ValueError, match=r"step '[\w.]+' \(while [\w.]+\.body\) is control flow"):
+    with pytest.raises(ValueError, match=r"step '[\w.]+' \(while [\w.]+\.body\) is a loop the C entry "
+                                         r"cannot run: .*conditional.* is control flow"):
         emit_c(compiled, tmp_path, "loop")
+    assert not any(tmp_path.iterdir())
 
 
 def rnn(xs, h0, wx, wh, b):
