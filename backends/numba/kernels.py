@@ -55,6 +55,7 @@ class KernelSource:
     flat: bool = False
     extra: dict = field(default_factory=dict)
     dot_in_out: bool = False  # the dot may be computed into the output, the epilogue in place
+    by_rows: bool = False  # a row-wise kernel: each row read whole (into buffers) before it is written
 
 
 def output_members(comp: Computation) -> list[str]:
@@ -550,6 +551,7 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
         name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
         kind, writer.rows, writer.dot, writer.dot is not None and blocked,
         writer.flat_dims is not None, dot_in_out=dot_in_output(comp, writer.dot, space),
+        by_rows=space is not None,
     )
 
 

@@ -164,3 +164,29 @@ def test_a_small_output_fusion_runs_its_product_into_the_output():
     assert compiled.executable.steps[0].run.__name__ == "in_place"
     with np.errstate(invalid="ignore"):
         np.testing.assert_allclose(compiled(x, w, b), np.asarray(jax.jit(f)(x, w, b)), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("backend", ["numba", "c"])
+def test_an_elementwise_epilogue_is_written_in_place_only_where_it_vectorises(backend):
+    """An output fusion computes its product into the output and applies the epilogue there,
+    except a numba kernel's elementwise epilogue, which LLVM runs scalar over overlapping
+    rows: it reads the product from scratch instead. A row-wise epilogue (softmax) reads each
+    row whole first, so it stays in place on both backends. Results match jax.jit either way."""
+    import jax
+
+    def gelu_layer(x, w, b):
+        return jax.nn.gelu(x @ w + b, approximate=True)
+
+    def softmax_layer(x, w, b):
+        return jax.nn.softmax(x @ w + b, axis=-1)
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((256, 128)).astype(np.float32)  # past the parallel threshold
+    w, b = (rng.standard_normal((128, 512)) * 0.1).astype(np.float32), rng.standard_normal(512).astype(np.float32)
+    x[3, 7] = np.nan
+    for fn, by_rows in ((gelu_layer, False), (softmax_layer, True)):
+        compiled = xfuse.jit(fn, backend=backend).lower(x, w, b).compile()
+        (step,) = compiled.executable.steps
+        in_place = by_rows or backend == "c"
+        assert (step.scratch_bytes == 0) == in_place, (fn.__name__, step.scratch_bytes)
+        np.testing.assert_allclose(compiled(x, w, b), np.asarray(jax.jit(fn)(x, w, b)), rtol=2e-5, atol=2e-6)
