@@ -6,8 +6,9 @@
     f(x, w, b)
 
 An artifact holds native code for every kernel (C built by the system compiler at save time),
-the program and its buffer plan, the constants and a manifest (`runtime/artifact.py` has the
-layout). `emit_c` writes a C library and header with one entry function instead, for C
+and a C driver for each while loop of kernels and small products (`aot/loop.py`: the loop
+never returns to Python), the program and its buffer plan, the constants and a manifest
+(`runtime/artifact.py` has the layout). `emit_c` writes a C library and header with one entry function instead, for C
 programs. `xfuse aot compile|run|inspect` is the command line (`aot/cli.py`).
 `load` imports numpy alone for native artifacts (`runtime/artifact.py` runs them); a jax
 backend artifact holds a `jax.export` module instead and needs jax. The rest imports jax.
