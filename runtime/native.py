@@ -12,6 +12,9 @@ int64_t *a)`, taking [data offset, the integers, the arrays' object addresses] i
 buffer; it reads each array's data pointer from the ndarray object at the offset measured here
 at import (`DATA_OFFSET`). Plain C-contiguous ndarrays take the twin; anything else, and
 libraries without twins, take the pointer entry.
+
+A while step marked with `native_state` has a C loop driver in the library (`aot/loop.py`):
+`kernels` gives it too, as a runtime `Kernel` running the whole loop (`loop_driver`).
 """
 
 from __future__ import annotations
