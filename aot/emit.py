@@ -313,7 +313,8 @@ class _Entry:
         """Where every buffer lives: outputs[j] for a result, else the arena (planner offsets,
         then buffers the plan leaves out, then one step's dot scratch)."""
         program = self.program
-        dummy = {s["kernel"]: Kernel(lambda *a: None) for s in walk(program) if s["op"] == "kernel"}
+        dummy = {s["kernel"]: Kernel(lambda *a: None, pointers=True)  # C kernels
+                 for s in walk(program) if s["op"] == "kernel"}
         plan = build(program, dummy, self.lowered.constants).plan
         self.storage: dict[tuple, str] = {}
         self.copies: list[tuple[int, Leaf]] = []

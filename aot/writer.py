@@ -55,7 +55,8 @@ def _compiler_version() -> str:
 
 def plan_summary(program: dict, constants: dict) -> dict:
     """The buffer plan of a program (as the loader will make it), for `inspect`."""
-    dummy = {s["kernel"]: Kernel(lambda *a: None) for s in walk(program) if s["op"] == "kernel"}
+    dummy = {s["kernel"]: Kernel(lambda *a: None, pointers=True)  # C kernels
+             for s in walk(program) if s["op"] == "kernel"}
     executable = build(program, dummy, constants)
     plan = executable.plan
     buffers = []

@@ -235,11 +235,7 @@ def _output_run(step: dict, kernel: Kernel) -> Callable:
         block = rows
     full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"])
     first = [settle is not None]
-    # In place, a numba kernel's elementwise epilogue runs scalar: LLVM's vectoriser checks at
-    # run time that the rows it reads and writes do not overlap, and falls back when they do
-    # (gelu over 256x4096: 10.8 ms against 1.6 ms). Row-wise epilogues (`by_rows`) read each
-    # row whole first, and C kernels vectorise regardless.
-    in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS and (kernel.pointers or d.get("by_rows", False))
+    in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
     if in_out and plain and not split and dims and settle is None:
         kernel_rows = step["rows"]
@@ -321,9 +317,14 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
         elif op == "kernel":
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
-            run = kernel_run(s, kernels[s["kernel"]])
+            kernel = kernels[s["kernel"]]
+            run = kernel_run(s, kernel)
             specs = tuple(spec(e) for e in s["specs"])
-            steps.append(Step(s["name"], "kernel", run, inputs, outputs, specs, s["label"], s["in_place"],
+            # Over an input it reads, a numba kernel's vectorised loop falls back to its scalar
+            # one (LLVM checks at run time that the arrays do not overlap): 2x slower for x * 2
+            # + 1, 7x for a tanh chain, so only C kernels (pointer-taking) write in place.
+            in_place = s["in_place"] and kernel.pointers
+            steps.append(Step(s["name"], "kernel", run, inputs, outputs, specs, s["label"], in_place,
                               getattr(run, "scratch_bytes", 0)))
         elif op == "library":
             specs = tuple(spec(e) for e in s["specs"])

@@ -21,6 +21,7 @@ HEADER = "import numpy as np\n\n"
 # Kernels call the helpers as separate numba functions that LLVM inlines: as fast as numba's
 # own inline="always" (the loops still vectorise) at a quarter of the compile time.
 helper = numba.njit(error_model="numpy", nogil=True, cache=False)
+INLINE_ALWAYS = numba.njit(error_model="numpy", nogil=True, cache=False, inline="always")
 
 
 def _called_forms(module) -> ModuleType:
@@ -52,12 +53,40 @@ def namespace(source: KernelSource) -> dict:
         "mathlib": CALLED_MATHLIB,
         "rows": CALLED_ROWS,
         "inline": helper,
+        "inline_always": INLINE_ALWAYS,
         **source.globals,
     }
 
 
 def full_text(source: KernelSource) -> str:
+    if source.dot_in_out and not source.by_rows:
+        return HEADER + _in_place_twin(source)
     return HEADER + source.source
+
+
+def _in_place_twin(source: KernelSource) -> str:
+    """An output fusion's elementwise epilogue, run in place when the runtime computed the
+    product into the output: the loop is inlined twice, once reading the product from the
+    output array itself. Over two arrays that overlap, LLVM's vectorised loop falls back to
+    its scalar one (it checks at run time that they do not); over one array, reading and
+    writing each element at the same index, it needs no check (gelu over 256x4096: 10.8 ms
+    scalar, 1.6 ms vectorised)."""
+    name = source.name
+    head = f"def {name}("
+    params = source.source[source.source.index(head) + len(head):].split(")", 1)[0]
+    args = [a.strip() for a in params.split(",")]
+    if args[2:4] != ["dot_start", "dot"] or args[-1] != "out0":
+        return source.source
+    same = ", ".join([*args[:2], "0", "out0", *args[4:]])
+    return "\n".join([
+        source.source.replace(head, f"@inline_always\ndef _{name}_loop(", 1),
+        f"def {name}({params}):",
+        "    if dot_start == 0 and dot.ctypes.data == out0.ctypes.data:  # the product in the output",
+        f"        _{name}_loop({same})",
+        "    else:",
+        f"        _{name}_loop({', '.join(args)})",
+        "",
+    ])
 
 
 def compile_kernel(source: KernelSource):

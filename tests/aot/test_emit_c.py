@@ -202,8 +202,8 @@ def test_emitted_library_matches_the_compiled_function(case, tmp_path):
     assert f"int {case}_run(const void *const *inputs, void *const *outputs);" in header
     assert 'extern "C"' in header
     assert SHOWS.get(case, "") in paths["source"].read_text()
-    if case == "unfused":
-        assert compiled.executable.plan.in_place
+    if case == "unfused":  # C kernels write over an input that dies (numba kernels do not)
+        assert xfuse.jit(fn, backend="c", **options).lower(*args).compile().executable.plan.in_place
 
     stdout = run_main(build_main(tmp_path, case), args)
     expected = [np.asarray(e) for e in jax.tree_util.tree_leaves(compiled(*args))]
