@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
 from xfuse.backends.c import render, toolchain
 from xfuse.backends.c.backend import kernel_texts
 from xfuse.backends.numba.lowering import Lowered, lower
@@ -29,6 +30,8 @@ from .interface import Port, header, metadata
 
 ENTRY_PRELUDE = r"""
 /* ---------------------------------------------------------------- the entry function */
+#ifndef XF_ENTRY_PRELUDE  /* once per file: each module's loop drivers bring it along */
+#define XF_ENTRY_PRELUDE
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -58,6 +61,7 @@ static inline void xf_offsets(int64_t *table, int rank, const int64_t *dims, con
         table[i] = offset;
     }
 }
+#endif  /* XF_ENTRY_PRELUDE */
 """
 
 

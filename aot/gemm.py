@@ -163,9 +163,9 @@ VECTOR_ROWS = 6  # an AVX2 tile: 6 rows of two vectors, its 12 sums in registers
 def _vector_tiles(tc: str, openmp: bool, sizes: tuple, a_at: str, b_row: str) -> list[str]:
     """The GEMM's loops with AVX2 tiles of VECTOR_ROWS x two vectors: per k, two vectors of
     b's row and each row's element of a broadcast, one fused multiply-add per sum, in the
-    order of k (the same sums as the portable loops). Rows left below a whole tile take one
-    row of two vectors at a time; columns left over (N not a multiple of the two vectors),
-    one element at a time."""
+    order of k (the same sums as the portable loops). The rows left below the last whole
+    tile make one smaller tile; columns left over (N not a multiple of the two vectors) are
+    summed one element at a time."""
     vec, lanes, sfx = VECTOR[tc]
     B, M, N, K = sizes
     nr, mr = 2 * lanes, VECTOR_ROWS

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+
 from xfuse.backends.numba.lowering import Lowered
 from xfuse.runtime.program import walk
 

@@ -156,8 +156,7 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
         step["dot"] = {"lhs": list(lhs.dims), "rhs": list(rhs.dims), "contracting": _pairs(dot.attr("contracting")),
                        "batch": _pairs(dot.attr("batch")), "dims": dims, "dtype": dtype,
                        "operands": [source.params.index(o) for o in dot.operands],
-                       "row_blocked": source.row_blocked, "in_out": source.dot_in_out,
-                       "by_rows": source.by_rows}
+                       "row_blocked": source.row_blocked, "in_out": source.dot_in_out}
     return step
 
 

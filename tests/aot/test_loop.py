@@ -17,16 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+
+import xfuse
+from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close
 from xfuse.aot.loop import loop_drivers
-from xfuse.backends.c.backend import build_library, c_source
+from xfuse.backends.c.backend import build_library, c_source, compile_modules
 from xfuse.backends.numba.lowering import lower
 from xfuse.fusion import Fuse, parse_pipeline
 from xfuse.hlo import DType
 from xfuse.runtime import native
 from xfuse.runtime.program import build, walk
-
-import xfuse
-from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close
 
 RNG = np.random.default_rng(11)
 # Scan fusion off: it would make the elementwise loops here one kernel each, with no while left.
@@ -206,3 +206,15 @@ def test_an_artifact_runs_its_loop_in_c(tmp_path):
     assert loop["native"].startswith("xf_loop") and "native_state" in loop
     for g, w in zip(flat(loaded(*args)), flat(jax.jit(fn)(*args))):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_two_modules_with_loops_share_one_library():
+    """The C backend builds several modules into one C file: each module's drivers bring the
+    entry prelude along, which the file holds once."""
+    x, n = np.array([0.5, -1.0, np.inf], np.float32), np.int32(4)
+    modules = [xfuse.jit(f, backend="c", passes=STEP_BY_STEP).lower(x, n).compile().module
+               for f in (counted, lambda x, n: counted(x * 2.0, n))]
+    for i, (executable, scale) in enumerate(zip(compile_modules(modules), (1.0, 2.0))):
+        assert hasattr(executable.library, f"xf_m{i}_loop_0")  # each module's loop has its driver
+        (got,) = executable([x, n])
+        assert_close(got, np.asarray(jax.jit(counted)(x * scale, n)), DType.F32, "counted", TRANSCENDENTAL)
