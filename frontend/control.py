@@ -135,10 +135,10 @@ def _scan(ctx: Context, params: dict, operands: list[Instruction]) -> list[Instr
     """lax.scan as a while over (i, consts, carry, xs, ys): step t = i (length - 1 - i when
     `reverse`) reads xs[t] and writes ys[t]; the result is the final carry and the ys."""
     length, reverse = int(params["length"]), bool(params["reverse"])
-    n_consts, n_carry = int(params["num_consts"]), int(params["num_carry"])
+    jaxpr, closed = _closed(params["jaxpr"])
+    n_consts, n_carry = _scan_counts(params, jaxpr, operands, ctx.out_shapes)
     consts, init = operands[:n_consts], operands[n_consts : n_consts + n_carry]
     xs = operands[n_consts + n_carry :]
-    jaxpr, closed = _closed(params["jaxpr"])
     y_shapes = ctx.out_shapes[n_carry:]
     zero_ys = [_zeros(ctx, shape) for shape in y_shapes]
     if length == 0:  # no step: the carry as given, and empty ys
@@ -170,6 +170,26 @@ def _scan(ctx: Context, params: dict, operands: list[Instruction]) -> list[Instr
     loop = ctx.emit(Op.WHILE, *state, condition=cond_comp.name, body=body_comp.name, name=name)
     first_carry = 1 + n_consts
     return _elements(ctx, loop, [*range(first_carry, first_carry + n_carry), *range(first_y, len(state))])
+
+
+def _scan_counts(params: dict, jaxpr, operands: list[Instruction], out_shapes) -> tuple[int, int]:
+    """(consts, carry) counts of a scan: its `num_consts` and `num_carry` where jax gives them
+    (up to 0.10); else (jax 0.11, whose scan describes its operands as trees instead) from the
+    shapes, which tell them apart: a scanned operand or stacked result has the step's shape with
+    the length in front, a constant or carry the step's own."""
+    if "num_consts" in params and "num_carry" in params:
+        return int(params["num_consts"]), int(params["num_carry"])
+
+    def stacked(outer: list, inner: list) -> int:  # how many trailing outer ones are stacked
+        count = 0
+        while count < len(outer) and tuple(outer[-1 - count]) != tuple(inner[-1 - count]):
+            count += 1
+        return count
+
+    n_xs = stacked([o.array_shape.dims for o in operands], [v.aval.shape for v in jaxpr.invars])
+    n_ys = stacked([s.dims for s in out_shapes], [v.aval.shape for v in jaxpr.outvars])
+    n_carry = len(out_shapes) - n_ys
+    return len(operands) - n_xs - n_carry, n_carry
 
 
 def _zeros(ctx: Context, shape: Shape) -> Instruction:

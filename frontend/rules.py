@@ -60,6 +60,15 @@ def _square(ctx, params, operands):
     return ctx.emit(Op.MUL, x, x)
 
 
+@rule("one_minus_square")
+def _one_minus_square(ctx, params, operands):
+    """1 - x*x, the primitive in tanh's derivative from jax 0.11 on, as (1 - x) * (1 + x): the
+    product jax 0.10 wrote out in its place, exact near x = +-1."""
+    (x,) = operands
+    one = ctx.broadcast_to(ctx.constant(1, x.array_shape.dtype), x.array_shape.dims)
+    return ctx.emit(Op.MUL, ctx.emit(Op.SUB, one, x), ctx.emit(Op.ADD, one, x))
+
+
 @rule("integer_pow")
 def _integer_pow(ctx, params, operands):
     return ctx.emit(Op.INTEGER_POW, operands[0], y=int(params["y"]))

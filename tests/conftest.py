@@ -1,10 +1,14 @@
 """Shared pytest set-up: a hypothesis profile with no deadline (2-core CI machines are slow
 and jit compiles vary), derandomised under CI so failures reproduce; a kernel cache directory
-of the session's own."""
+of the session's own; jax.jit, the tests' yardstick, multiplying f32 in f32 on every device, as
+xfuse's backends do (a GPU's default would round the products' inputs to tf32)."""
 
 import os
 
+import jax
 from hypothesis import HealthCheck, settings
+
+jax.config.update("jax_default_matmul_precision", "highest")
 
 settings.register_profile(
     "default",

@@ -1,6 +1,9 @@
 """The jax backend on every device jax has here (the CPU always; each GPU or TPU when present,
 so a machine with one checks it without any change): results stay on the chosen device and
-agree with jax.jit, in both modes, chosen through `backend_options` and `xfuse.devices()`."""
+agree with jax.jit, in both modes, chosen through `backend_options` and `xfuse.devices()`.
+
+The backend multiplies f32 in f32 (`Precision.HIGHEST`), where a GPU's jax.jit would default to
+tf32 products, so jax.jit runs at that precision too, on the same device."""
 
 from __future__ import annotations
 
@@ -37,6 +40,12 @@ def _args(seed: int = 0):
     )
 
 
+def _jax_jit(f, device, *args):
+    """`jax.jit(f)` on `device`, f32 products in f32."""
+    with jax.default_matmul_precision("highest"):
+        return jax.jit(f)(*jax.device_put(args, device))
+
+
 def test_every_platform_jax_has_is_listed():
     platforms = {d.platform for d in jax.devices()} | {"cpu"}
     assert platforms <= {d.platform for d in DEVICES}
@@ -50,7 +59,7 @@ def test_runs_on_the_device_and_matches_jax_jit(device, mode):
     args = _args()
     f = xfuse.jit(mlp, backend="jax", backend_options={"mode": mode, "device": where})
     got = f(*args)
-    want = jax.jit(mlp)(*args)
+    want = _jax_jit(mlp, target, *args)
     for g, w in zip(got, want):
         assert g.devices() == {target}
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6, equal_nan=True)
@@ -58,7 +67,8 @@ def test_runs_on_the_device_and_matches_jax_jit(device, mode):
     with xfuse.default_backend("jax", options={"mode": mode, "device": where}):
         normed = xfuse.jit(layer_norm)(x, g)
     assert normed.devices() == {target}
-    np.testing.assert_allclose(np.asarray(normed), np.asarray(jax.jit(layer_norm)(x, g)), rtol=1e-5, atol=1e-5)
+    want = _jax_jit(layer_norm, target, x, g)
+    np.testing.assert_allclose(np.asarray(normed), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_jax_arrays_stay_on_their_device_for_the_jax_backend():

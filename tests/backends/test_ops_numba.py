@@ -43,15 +43,16 @@ def run_on(executable, trial: Trial, tupled: bool) -> object:
     return tuple(outputs) if tupled else outputs[0]
 
 
-def check_trial(backend: str, op: Op, dtype: DType, trial: Trial, run) -> None:
+def check_trial(backend: str, op: Op, dtype: DType, trial: Trial, run, platform: object = None) -> None:
     """Runs `run(trial)` on copies of nothing: checks the inputs are left alone and the result
-    agrees with the reference."""
+    agrees with the reference (or, element by element, with `platform`: see `check`)."""
     inputs = [a.copy() for a in trial.arrays]
     got = run(trial)
     for before, after in zip(inputs, trial.arrays):
         assert before.tobytes() == after.tobytes(), f"{backend} {op}({dtype}) wrote into its input"
     details = [f"{k}={v}" for k, v in trial.attrs.items()] + [trial.label] * bool(trial.label)
-    check(op, trial, got, SPECS[op].tolerance, f"{backend} {op}({dtype}) {', '.join(details)}")
+    what = f"{backend} {op}({dtype}) {', '.join(details)}"
+    check(op, trial, got, SPECS[op].tolerance, what, platform)
 
 
 def run_numba(op: Op, trial: Trial) -> object:

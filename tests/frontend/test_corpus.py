@@ -1098,6 +1098,13 @@ UNREACHABLE = {
 }
 
 
+# Names of later jax versions than this one may be: exempt where this jax does not emit them.
+# tests/frontend/test_jax_versions.py runs their rules.
+LATER = {
+    "one_minus_square": "jax 0.11's primitive in tanh's derivative (1 - x*x)",
+}
+
+
 def _sub_jaxprs(value: object):
     if isinstance(value, jax_core.ClosedJaxpr):
         yield value.jaxpr
@@ -1126,8 +1133,9 @@ def test_every_rule_is_exercised() -> None:
         closed = jax.make_jaxpr(functools.partial(c.fun, **c.static))(*args)
         seen |= primitive_names(closed.jaxpr)
     exempt = NOT_EMITTED.keys() | UNREACHABLE.keys()
-    assert exempt <= RULES.keys(), f"exempt names without a rule: {exempt - RULES.keys()}"
+    assert exempt | LATER.keys() <= RULES.keys(), f"exempt names without a rule: {exempt - RULES.keys()}"
     assert not seen & exempt, f"listed as never emitted, but seen: {seen & exempt}"
+    exempt |= LATER.keys() - seen
     assert seen <= RULES.keys(), f"primitives without a rule: {sorted(seen - RULES.keys())}"
     missing = RULES.keys() - seen - exempt
     assert not missing, f"rules no corpus function exercises: {sorted(missing)}"

@@ -637,8 +637,10 @@ def trials_of(op: Op, dtype: DType) -> list[Trial]:
 
 
 @functools.cache
-def lax_results(op: Op) -> dict[DType, list[object]]:
-    """XLA's results for every trial of `op`, every dtype, from a single `jax.jit`.
+def lax_results(op: Op, platform: str = "cpu") -> dict[DType, list[object]]:
+    """XLA's results for every trial of `op`, every dtype, from a single `jax.jit` on the first
+    device of `platform`. The reference follows XLA:CPU, so its suite runs there whatever device
+    jax defaults to; the jax backend's suite also asks for the device it runs on.
 
     Compiling is most of this file's run time, and one computation of many small independent
     ops compiles far faster than as many computations: XLA fuses same-shaped ones into one loop.
@@ -653,7 +655,8 @@ def lax_results(op: Op) -> dict[DType, list[object]]:
             at += count
         return results
 
-    results = jax.jit(run_all)(*(a for _, trial in runs for a in trial.arrays))
+    with jax.default_device(jax.devices(platform)[0]):
+        results = jax.jit(run_all)(*(a for _, trial in runs for a in trial.arrays))
     by_dtype: dict[DType, list[object]] = {dtype: [] for dtype in SPECS[op].dtypes}
     for (dtype, _), result in zip(runs, results):
         by_dtype[dtype].append(result)
@@ -664,16 +667,21 @@ def as_tuple(value: object) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def check(op: Op, trial: Trial, got: object, tolerance: Tolerance, what: str) -> None:
-    """XLA's `got` against the reference on the trial's arrays (or on them flushed)."""
+def check(
+    op: Op, trial: Trial, got: object, tolerance: Tolerance, what: str, platform: object = None
+) -> None:
+    """XLA's `got` against the reference on the trial's arrays (or on them flushed); where
+    `platform` (XLA's own results on the device `got` came from) is given, an element equal to
+    it bit for bit passes too."""
     want = run_reference(op, trial, trial.arrays)
     flushed_arrays = [flush_subnormals(a) for a in trial.arrays]
     flushed = None
     if any(f is not a for f, a in zip(flushed_arrays, trial.arrays)):
         flushed = as_tuple(run_reference(op, trial, flushed_arrays))
     wants, gots = as_tuple(want), as_tuple(got)
+    platforms = as_tuple(platform) if platform is not None else (None,) * len(wants)
     assert len(gots) == len(wants), f"{what}: {len(gots)} results, expected {len(wants)}"
-    for i, (g, w) in enumerate(zip(gots, wants)):
+    for i, (g, w, own) in enumerate(zip(gots, wants, platforms)):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype, f"{what}: jax gives {g.dtype}, the reference {w.dtype}"
         assert_close(
@@ -685,6 +693,7 @@ def check(op: Op, trial: Trial, got: object, tolerance: Tolerance, what: str) ->
             scale=trial.scale,
             flushed=None if flushed is None else flushed[i],
             inputs=trial.arrays,
+            platform=own,
         )
 
 
