@@ -239,6 +239,33 @@ def compose_transposes(ctx: Context, inst: Instruction, inner: Instruction) -> R
     return [inst.replace(operands=inner.operands, attrs=(("permutation", composed),))]
 
 
+def transposed_dot_operand(ctx: Context, inst: Instruction) -> tuple[int, Instruction] | None:
+    """A dot_general operand made by a transpose that keeps its free dimensions in order (so the
+    result's dimensions stay where they are): matches (0 for lhs or 1 for rhs, the transpose)."""
+    (lc, rc), (lb, rb) = inst.attr("contracting"), inst.attr("batch")
+    for side, paired in enumerate((set(lc) | set(lb), set(rc) | set(rb))):
+        inner = ctx[inst.operands[side]]
+        if inner.op is Op.TRANSPOSE:
+            perm = inner.attr("permutation")
+            free = [int(perm[d]) for d in range(len(perm)) if d not in paired]
+            if free == sorted(free):
+                return side, inner
+    return None
+
+
+def fold_transpose_into_dot(ctx: Context, inst: Instruction, match: tuple) -> Replacement:
+    # dimension d of the transpose is dimension perm[d] of its operand
+    side, inner = match
+    perm = inner.attr("permutation")
+    through = lambda dims: tuple(int(perm[d]) for d in dims)  # noqa: E731
+    contracting, batch = [list(pair) for pair in (inst.attr("contracting"), inst.attr("batch"))]
+    contracting[side], batch[side] = through(contracting[side]), through(batch[side])
+    attrs = dict(inst.attrs) | {"contracting": tuple(contracting), "batch": tuple(batch)}
+    operands = list(inst.operands)
+    operands[side] = inner.operands[0]
+    return [inst.replace(operands=tuple(operands), attrs=tuple(attrs.items()))]
+
+
 def compose_broadcasts(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
     # x dim i lands in inner dim inner_dims[i], which lands in out dim outer_dims[inner_dims[i]].
     outer_dims, inner_dims = inst.attr("dims"), inner.attr("dims")
@@ -334,6 +361,16 @@ RULES: tuple[Rule, ...] = (
         attr_is("permutation", identity_permutation),
         forward,
         "the identity permutation moves nothing.",
+    ),
+    Rule(
+        "dot_of_transpose",
+        (Op.DOT_GENERAL,),
+        transposed_dot_operand,
+        fold_transpose_into_dot,
+        "a dot reads its operands in any layout: renumbering the transposed operand's "
+        "contracting and batch dimensions pairs the same elements, and its free dimensions "
+        "keep their order, so the same products are summed in the same order into the same "
+        "places (XLA's transpose folding); no transposed copy is made.",
     ),
     Rule(
         "broadcast_broadcast",

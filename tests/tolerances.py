@@ -112,7 +112,7 @@ def assert_close(
     scale: np.ndarray | None = None,
     flushed: object | None = None,
     inputs: Sequence[np.ndarray] = (),
-    platform: object | None = None,
+    also: Sequence[object] = (),
 ) -> None:
     """Asserts `got` (from XLA) matches `want` (from the reference) as `dtype` values.
 
@@ -120,9 +120,10 @@ def assert_close(
     flushed: the reference's result on inputs with subnormals flushed; an element may match it
         instead of `want` (XLA:CPU reads subnormal inputs as zero).
     inputs: elementwise operands, shown next to each mismatch.
-    platform: XLA's own result on the device `got` was computed on; an element equal to it bit
-        for bit passes (a backend that emits jax code is held to what XLA does there: XLA:GPU,
-        for one, divides and takes square roots of f32 to within an ulp, not correctly rounded).
+    also: other results an element may equal bit for bit instead: XLA's own on the device `got`
+        was computed on (a backend that emits jax code is held to what XLA does there: XLA:GPU,
+        for one, divides and takes square roots of f32 to within an ulp, not correctly rounded),
+        or a rounding that XLA versions differ on.
     """
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
@@ -137,8 +138,8 @@ def assert_close(
         ok = _close(g, w, dtype, tolerance, scale)
         if f is not None:
             ok |= _close(g, f, dtype, tolerance, scale)
-    if platform is not None:
-        ok |= same_bits(got, np.asarray(platform))
+    for other in also:
+        ok |= same_bits(got, np.asarray(other))
     if ok.all():
         return
     bad = np.argwhere(~ok)

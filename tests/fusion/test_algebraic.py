@@ -41,6 +41,7 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "reshape_same_shape",
         "transpose_transpose",
         "transpose_identity",
+        "dot_of_transpose",
         "broadcast_broadcast",
         "broadcast_identity",
         "convert_same_type",
@@ -172,6 +173,22 @@ CASES = {
         "  t.0 = f32[3,4,2] transpose(x), permutation={1,2,0}\n"
         "  ROOT t.1 = f32[2,3,4] transpose(t.0), permutation={2,0,1}",
         "  ROOT x = f32[2,3,4] parameter(0)",
+    ),
+    "dot_of_transposed_rhs": (  # x @ y.T reads y as it is
+        "(x: f32[4,3], y: f32[5,3]) -> f32[4,5]",
+        "  x = f32[4,3] parameter(0)\n  y = f32[5,3] parameter(1)\n"
+        "  t = f32[3,5] transpose(y), permutation={1,0}\n"
+        "  ROOT d = f32[4,5] dot_general(x, t), contracting={1;0}",
+        "  x = f32[4,3] parameter(0)\n  y = f32[5,3] parameter(1)\n"
+        "  ROOT d = f32[4,5] dot_general(x, y), contracting={1;1}",
+    ),
+    "dot_of_transposed_batched_lhs": (  # batch and contracting dims renumbered, free dim kept
+        "(x: f32[3,2,4], y: f32[2,4,5]) -> f32[2,3,5]",
+        "  x = f32[3,2,4] parameter(0)\n  y = f32[2,4,5] parameter(1)\n"
+        "  t = f32[2,4,3] transpose(x), permutation={1,2,0}\n"
+        "  ROOT d = f32[2,3,5] dot_general(t, y), contracting={1;1}, batch={0;0}",
+        "  x = f32[3,2,4] parameter(0)\n  y = f32[2,4,5] parameter(1)\n"
+        "  ROOT d = f32[2,3,5] dot_general(x, y), contracting={2;1}, batch={1;0}",
     ),
     "transpose_identity": (
         "(x: f32[2,3]) -> f32[2,3]",
@@ -518,6 +535,13 @@ MUST_NOT = {
         "  x = f32[14] parameter(0)\n  y = f32[14] parameter(1)\n  i = s32[] constant(5)\n"
         "  ROOT r = f32[14] select_n(i, x, y)",
         None,  # out of range: left to the backend, not guessed
+    ),
+    "dot_of_a_transpose_reordering_free_dims": (
+        "(x: f32[2,3,4], y: f32[4,5]) -> f32[3,2,5]",
+        "  x = f32[2,3,4] parameter(0)\n  y = f32[4,5] parameter(1)\n"
+        "  t = f32[3,2,4] transpose(x), permutation={1,0,2}\n"
+        "  ROOT d = f32[3,2,5] dot_general(t, y), contracting={2;0}",
+        None,  # without the transpose the result's first two dimensions would swap
     ),
     "int_times_minus_one": (
         "(x: s32[8]) -> s32[8]",
