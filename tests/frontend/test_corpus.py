@@ -1027,6 +1027,27 @@ def _finite_max(array: np.ndarray) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
+# Outputs where some jax version's XLA:CPU is off on edge inputs: there an element jax.jit gets
+# wrong passes if xfuse's agrees with the reference interpreter's (numpy, float64 inside).
+XLA_OFF = {
+    "unary_math['log']": "jax 0.11's XLA:CPU takes the log of the subnormal 2**-128 as -103.97 "
+    "(it is -88.72; jax 0.10 reads the input as 0 and gives -inf)",
+}
+
+
+def _unless_off(c: Case, got: np.ndarray, k: int, args: tuple, flushed_args: tuple | None):
+    """`got` (jax.jit's output `k`), with the reference's value where it is neither that nor
+    the reference's on flushed inputs."""
+    reference = _jitted(c.name, "reference")[1]
+    wide = got.astype(np.float64)
+    right = np.zeros(got.shape, bool)
+    for inputs in (args, flushed_args) if flushed_args is not None else (args,):
+        r = np.asarray(jax.tree.leaves(reference(*inputs, **c.static))[k]).astype(np.float64)
+        right |= np.isclose(wide, r, rtol=1e-6, atol=0, equal_nan=True)
+    first = np.asarray(jax.tree.leaves(reference(*args, **c.static))[k])
+    return np.where(right, got, first)
+
+
 def check(c: Case, args: tuple, backend: str | None = None) -> None:
     jax_fn, xfuse_fn = _jitted(c.name, backend)
     got = jax_fn(*args, **c.static)
@@ -1037,7 +1058,7 @@ def check(c: Case, args: tuple, backend: str | None = None) -> None:
     want_leaves, want_tree = jax.tree_util.tree_flatten(want)
     assert got_tree == want_tree, f"{c.name}: output structure {want_tree}, jax gives {got_tree}"
     flushed_leaves = [None] * len(want_leaves) if flushed is None else jax.tree.leaves(flushed)
-    for (path, g), w, f in zip(got_leaves, want_leaves, flushed_leaves):
+    for k, ((path, g), w, f) in enumerate(zip(got_leaves, want_leaves, flushed_leaves)):
         what = c.name + jax.tree_util.keystr(path)
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype, f"{what}: dtype {w.dtype}, jax gives {g.dtype}"
@@ -1045,6 +1066,8 @@ def check(c: Case, args: tuple, backend: str | None = None) -> None:
         scale = None
         if c.tolerance is NORMWISE and dtype.is_float:
             scale = np.full(w.shape, _finite_max(w))
+        if what in XLA_OFF:  # where jax.jit is neither the reference nor it on flushed inputs
+            g = _unless_off(c, g, k, args, flushed_args)
         assert_close(g, w, dtype, what, c.tolerance, scale=scale, flushed=f)
 
 
