@@ -105,6 +105,7 @@ def compile_kernel(source: KernelSource):
         else:
             fn = numba.njit(error_model="numpy", nogil=True, cache=True)(ns[source.name])
             fn._xfuse_entry = entry
+            _save_or_warn(fn, entry)
             return fn
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     filename = f"<xfuse-kernel {source.name} {digest}>"
@@ -112,6 +113,23 @@ def compile_kernel(source: KernelSource):
     ns = namespace(source)
     exec(compile(text, filename, "exec"), ns)
     return numba.njit(error_model="numpy", nogil=True, cache=False)(ns[source.name])
+
+
+def _save_or_warn(fn, entry) -> None:
+    """numba saves a kernel to its cache inside the compile, so a failed save (the directory
+    cleared by another process meanwhile: a process that finds an entry with no manifest clears
+    its numba files) would fail the call; it warns instead, and the kernel runs uncached."""
+    save = fn._cache.save_overload
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except OSError as e:
+            fn._xfuse_entry = None  # no manifest vouches for what numba may have left
+            cache.warnings.warn(f"xfuse kernel cache: cannot save {entry.name} in {entry.path} "
+                                f"({e}); it runs uncached", cache.CacheWarning, stacklevel=2)
+
+    fn._cache.save_overload = save_overload
 
 
 def settle(fn) -> None:

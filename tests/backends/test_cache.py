@@ -166,6 +166,33 @@ def test_two_processes_filling_one_cache_at_once_both_succeed(tmp_path):
     assert after["misses"] == 0 and after["rejected"] == 0, after
 
 
+def test_a_save_that_fails_warns_and_the_call_still_runs(tmp_path):
+    """numba saves inside the compile; here every save fails as it does when another process
+    clears the entry meanwhile (FileNotFoundError from numba's rename): the call warns and
+    runs uncached, and the next process compiles and stores as if nothing had been there."""
+    lost = textwrap.dedent("""
+        import numba.core.caching as caching
+
+        def lost(self, name, data):
+            raise FileNotFoundError(2, "No such file or directory", str(name))
+
+        caching.IndexDataCacheFile._save_data = lost
+    """)
+    env = dict(os.environ, XFUSE_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", lost + SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert_right(result)
+    assert any("CacheWarning" in w and "cannot save" in w and "uncached" in w
+               for w in result["warnings"]), result["warnings"]
+    assert not list(tmp_path.rglob("manifest.json"))  # nothing vouched for
+    after = run(tmp_path)
+    assert_right(after)
+    assert after["misses"] >= 1 and after["rejected"] == 0 and after["warnings"] == [], after
+    assert run(tmp_path)["misses"] == 0
+
+
 LAYOUTS = textwrap.dedent("""
     import json, warnings
     import numpy as np

@@ -83,11 +83,25 @@ def test_scan_counts_from_shapes_are_jaxs_own(k):
     eqns = list(_scan_equations(jax.make_jaxpr(fun)(*args).jaxpr))
     assert eqns
     for eqn in eqns:
-        want = eqn.params["num_consts"], eqn.params["num_carry"]
+        want = _jaxs_counts(eqn.params)
         params = {k: v for k, v in eqn.params.items() if k not in ("num_consts", "num_carry")}
         operands = [Operand(shape_of_aval(v.aval)) for v in eqn.invars]
         outs = [shape_of_aval(v.aval) for v in eqn.outvars]
-        assert _scan_counts(params, params["jaxpr"].jaxpr, operands, outs) == want
+        jaxpr = getattr(params["jaxpr"], "jaxpr", params["jaxpr"])
+        assert _scan_counts(params, jaxpr, operands, outs) == want
+
+
+def _jaxs_counts(params: dict) -> tuple[int, int]:
+    """The scan's (consts, carry) counts as jax states them: its `num_consts` and `num_carry`,
+    or (jax 0.11) the leaves of the first two of its `ft_in` trees (consts, carry, xs)."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+
+    def leaves(tree) -> int:
+        return sum(map(leaves, tree)) if isinstance(tree, (tuple, list)) else 1
+
+    consts, carry, _ = params["ft_in"]
+    return leaves(consts), leaves(carry)
 
 
 class Operand(NamedTuple):  # what the count reads of an operand
