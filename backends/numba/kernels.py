@@ -32,6 +32,14 @@ from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_WORK = 4
 LANES = 8  # accumulators of a vectorised row reduction
+# A loop nest whose innermost loop walks an operand's outer dimension (a transpose) with a
+# stride of a multiple of ALIASING bytes runs its last two loops in TILE x TILE blocks: reads
+# that far apart fall in one set of the 8-way L1 and evict each other before the next
+# iteration uses the rest of their lines. Measured: x.T + 1 at 1024x1024 f32, 6.75 ms untiled,
+# 1.98 ms in 16x16 tiles (2.47 ms in 8x8, 3.14 ms in 32x32); at 1000x1000 the untiled loop was
+# the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
+TILE = 16
+ALIASING = 1024
 TRANSCENDENTAL_OPS = {
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
     Op.ATAN, Op.ATAN2, Op.ERF, Op.ERFC, Op.CBRT, Op.POW,
@@ -206,15 +214,26 @@ class Writer:
             value = self.emitter.value(member, index)
             stores.append(self.store(k, index, value))
         self.rows = dims[0] if dims else 1
-        self.render_nest(dims, names, stores)
+        tiled = self.flat_dims is None and len(dims) >= 2 and min(dims[-2:]) > TILE and reads_across(self.comp)
+        self.render_nest(dims, names, stores, tiled)
 
-    def render_nest(self, dims, names, innermost: list[str]) -> None:
+    def render_nest(self, dims, names, innermost: list[str], tiled: bool = False) -> None:
+        """The loops over `dims`, the outermost over [row_start, row_end); `tiled`: the last two
+        in TILE x TILE blocks (the block loops outside both)."""
         indent = 1
         for s in self.statements(0):
             self.add(indent, s)
+        last = len(dims)
         for level, (n, d) in enumerate(zip(names, dims), start=1):
-            bounds = "row_start, row_end" if level == 1 else str(d)
-            self.add(indent, f"for {n} in range({bounds}):")
+            lo, hi = ("row_start", "row_end") if level == 1 else ("0", str(d))
+            if tiled and level == last - 1:
+                self.add(indent, f"for {n}_t in range({lo}, {hi}, {TILE}):")
+                self.add(indent + 1, f"for {names[-1]}_t in range(0, {dims[-1]}, {TILE}):")
+                indent += 2
+            if tiled and level >= last - 1:
+                self.add(indent, f"for {n} in range({n}_t, min({n}_t + {TILE}, {hi})):")
+            else:
+                self.add(indent, f"for {n} in range({lo}, {hi}):" if level == 1 else f"for {n} in range({d}):")
             indent += 1
             for s in self.statements(level):
                 self.add(indent, s)
@@ -553,6 +572,23 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
         writer.flat_dims is not None, dot_in_out=dot_in_output(comp, writer.dot, space),
         by_rows=space is not None,
     )
+
+
+def reads_across(comp: Computation) -> bool:
+    """Whether a loop over `comp`'s result walks a transpose's operand across its rows, in steps
+    of a multiple of ALIASING bytes: a transpose whose last dimension is an outer one of its
+    operand, the elements after that one a multiple of ALIASING bytes."""
+    for inst in comp.instructions:
+        if inst.op is not Op.TRANSPOSE:
+            continue
+        perm, operand = inst.attr("permutation"), comp[inst.operands[0]].array_shape
+        walked = int(perm[-1])
+        if walked == len(perm) - 1:
+            continue
+        step = int(np.prod(operand.dims[walked + 1:], dtype=np.int64)) * operand.dtype.itemsize
+        if step % ALIASING == 0:
+            return True
+    return False
 
 
 def dot_in_output(comp: Computation, dot: Instruction | None, space) -> bool:
