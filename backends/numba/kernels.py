@@ -20,30 +20,29 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleShape
+from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
+from .analysis import (
+    PARALLEL_MIN_WORK,
+    TRANSCENDENTAL_OPS,
+    dot_in_output,
+    flattenable,
+    output_members,
+    output_shapes,
+    reads_across,
+    reduction_space,
+    work_estimate,
+)
 from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
-# A kernel is split across threads when its estimated work (elements, with each transcendental
-# op counted as TRANSCENDENTAL_WORK more) reaches PARALLEL_MIN_WORK: handing a chunk to a pool
-# thread and waiting for it costs 50-75 us on these machines, and a unit of work about 0.1 ns,
-# so a split pays from some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats,
-# 0.6M units, took 58 us on one thread and 102 us split in two).
-PARALLEL_MIN_WORK = 1 << 21
-TRANSCENDENTAL_WORK = 4
 LANES = 8  # accumulators of a vectorised row reduction
-# A loop nest whose innermost loop walks an operand's outer dimension (a transpose) with a
-# stride of a multiple of ALIASING bytes runs its last two loops in TILE x TILE blocks: reads
-# that far apart fall in one set of the 8-way L1 and evict each other before the next
-# iteration uses the rest of their lines. Measured: x.T + 1 at 1024x1024 f32, 6.75 ms untiled,
+# A loop nest whose innermost loop walks an operand's outer dimension (a transpose) in steps
+# of a multiple of ALIASING bytes (`analysis.reads_across`) runs its last two loops in TILE x
+# TILE blocks: reads that far apart fall in one set of the 8-way L1 and evict each other before
+# the next iteration uses the rest of their lines. Measured: x.T + 1 at 1024x1024 f32, 6.75 ms untiled,
 # 1.98 ms in 16x16 tiles (2.47 ms in 8x8, 3.14 ms in 32x32); at 1000x1000 the untiled loop was
 # the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
 TILE = 16
-ALIASING = 1024
-TRANSCENDENTAL_OPS = {
-    Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
-    Op.ATAN, Op.ATAN2, Op.ERF, Op.ERFC, Op.CBRT, Op.POW,
-}  # fmt: skip
 ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}  # through `rows`
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 
@@ -64,51 +63,6 @@ class KernelSource:
     extra: dict = field(default_factory=dict)
     dot_in_out: bool = False  # the dot may be computed into the output, the epilogue in place
     by_rows: bool = False  # a row-wise kernel: each row read whole (into buffers) before it is written
-
-
-def output_members(comp: Computation) -> list[str]:
-    root = comp.root_instruction
-    return list(root.operands) if root.op is Op.TUPLE else [root.name]
-
-
-def output_shapes(comp: Computation) -> list[Shape]:
-    shape = comp.result_shape
-    return list(shape.elements) if isinstance(shape, TupleShape) else [shape]
-
-
-def reduction_space(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """The input kernel's space: its first reduction's (lowering checks that all agree)."""
-    return next((space_of(comp, i) for i in comp.instructions if i.info.kind is Kind.REDUCTION), None)
-
-
-def space_of(comp: Computation, reduction: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(S, A) of a reduction: its operand's dims and the axes it reduces."""
-    r = reduction
-    axes = (r.attr("axis"),) if r.op in (Op.ARGMAX, Op.ARGMIN) else r.attr("axes")
-    return comp[r.operands[0]].array_shape.dims, tuple(sorted(axes))
-
-
-def flattenable(comp: Computation, dims: tuple[int, ...]) -> bool:
-    """True when every member is elementwise over `dims` or a scalar broadcast into it."""
-    for inst in comp.instructions:
-        if inst.op in (Op.PARAMETER, Op.TUPLE):
-            continue
-        shape = inst.shape
-        if not isinstance(shape, Shape):
-            return False
-        if inst.op is Op.CONSTANT:
-            if shape.dims not in ((), dims) or not inst.attr("value").is_splat():
-                return False
-            continue
-        if inst.op is Op.BROADCAST_IN_DIM:
-            if comp[inst.operands[0]].array_shape.rank != 0:
-                return False
-            continue
-        if inst.info.kind is not Kind.ELEMENTWISE or shape.dims not in ((), dims):
-            return False
-        if any(comp[o].array_shape.dims not in ((), dims) for o in inst.operands):
-            return False
-    return all(p.array_shape.dims in ((), dims) for p in comp.parameters)
 
 
 def index_text(index: tuple[Ix, ...]) -> str:
@@ -223,17 +177,17 @@ class Writer:
         indent = 1
         for s in self.statements(0):
             self.add(indent, s)
-        last = len(dims)
+        first_tiled = len(dims) - 1 if tiled else len(dims) + 1
         for level, (n, d) in enumerate(zip(names, dims), start=1):
             lo, hi = ("row_start", "row_end") if level == 1 else ("0", str(d))
-            if tiled and level == last - 1:
+            if level == first_tiled:  # the block loops of both tiled levels
                 self.add(indent, f"for {n}_t in range({lo}, {hi}, {TILE}):")
                 self.add(indent + 1, f"for {names[-1]}_t in range(0, {dims[-1]}, {TILE}):")
                 indent += 2
-            if tiled and level >= last - 1:
+            if level >= first_tiled:
                 self.add(indent, f"for {n} in range({n}_t, min({n}_t + {TILE}, {hi})):")
             else:
-                self.add(indent, f"for {n} in range({lo}, {hi}):" if level == 1 else f"for {n} in range({d}):")
+                self.add(indent, f"for {n} in range({'row_start, row_end' if level == 1 else d}):")
             indent += 1
             for s in self.statements(level):
                 self.add(indent, s)
@@ -574,43 +528,6 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
     )
 
 
-def reads_across(comp: Computation) -> bool:
-    """Whether a loop over `comp`'s result walks a transpose's operand across its rows, in steps
-    of a multiple of ALIASING bytes: a transpose whose last dimension is an outer one of its
-    operand, the elements after that one a multiple of ALIASING bytes."""
-    for inst in comp.instructions:
-        if inst.op is not Op.TRANSPOSE:
-            continue
-        perm, operand = inst.attr("permutation"), comp[inst.operands[0]].array_shape
-        walked = int(perm[-1])
-        if walked == len(perm) - 1:
-            continue
-        step = int(np.prod(operand.dims[walked + 1:], dtype=np.int64)) * operand.dtype.itemsize
-        if step % ALIASING == 0:
-            return True
-    return False
-
-
-def dot_in_output(comp: Computation, dot: Instruction | None, space) -> bool:
-    """Whether the dot's result can live in the output buffer: one output of the dot's own
-    shape and type, the dot read only by elementwise ops of that shape and by reductions over
-    trailing axes (so each row is read whole, or at the index being written, before that
-    index is written), as XLA writes a dot into its output and runs the epilogue in place."""
-    if dot is None or space is not None and 0 in space[1]:
-        return False
-    outputs = output_shapes(comp)
-    if len(outputs) != 1 or outputs[0] != dot.shape or dot.shape.dtype not in (DType.F32, DType.F64):
-        return False
-    for inst in comp.instructions:
-        if dot.name not in inst.operands:
-            continue
-        if inst.info.kind is Kind.REDUCTION:
-            continue
-        if inst.info.kind is not Kind.ELEMENTWISE or inst.array_shape.dims != dot.array_shape.dims:
-            return False
-    return True
-
-
 def _dot_load(index: tuple[Ix, ...]) -> Ix:
     if not index:
         return Ix("dot[0]")
@@ -618,18 +535,6 @@ def _dot_load(index: tuple[Ix, ...]) -> Ix:
     local = Ix(f"{first.text} - dot_start", first.deps)
     deps = frozenset().union(*(i.deps for i in index))
     return Ix(f"dot[{index_text((local, *rest))}]", deps)
-
-
-def work_estimate(comp: Computation, space) -> int:
-    """Elements of the iteration space, times 1 + TRANSCENDENTAL_WORK per transcendental op."""
-    if space is not None:
-        size = 1
-        for d in space[0]:
-            size *= d
-    else:
-        size = max((s.size for s in output_shapes(comp)), default=0)
-    transcendental = sum(1 for i in comp.instructions if i.op in TRANSCENDENTAL_OPS)
-    return size * (1 + TRANSCENDENTAL_WORK * transcendental)
 
 
 __all__ = ["KernelSource", "write_kernel"]

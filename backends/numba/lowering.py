@@ -17,7 +17,8 @@ from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
 
 from .library_steps import LIBRARY_OPS, library_step
 from .control import control_step, entry, kernel_name, window
-from .kernels import KernelSource, flattenable, output_shapes, space_of, write_kernel
+from .analysis import flattenable, output_shapes, space_of
+from .kernels import KernelSource, write_kernel
 from .scan import ScanForm, scan_form, write_scan_kernel
 from .prepare import canonical, inline_calls
 

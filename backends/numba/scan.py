@@ -28,7 +28,8 @@ from xfuse.hlo import Computation, DType, Instruction, Literal, Module, Op, Shap
 from xfuse.hlo.scan import ScanLoop, scan_loop
 
 from .emitter import Emitter, Ix, np_name
-from .kernels import PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, TRANSCENDENTAL_WORK, KernelSource, output_shapes
+from .analysis import PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, TRANSCENDENTAL_WORK, output_shapes
+from .kernels import KernelSource
 
 # Elements per block (a row of the kernel, the unit the runtime splits over threads), and the
 # blocks a call takes at once. Each step reads a block's part of a row of xs: the longer the

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import xfuse
-from xfuse.backends.numba.kernels import PARALLEL_MIN_WORK
+from xfuse.backends.numba.analysis import PARALLEL_MIN_WORK
 from xfuse.runtime import parallel
 
 

@@ -1041,13 +1041,13 @@ def _unless_off(c: Case, got: np.ndarray, k: int, args: tuple, flushed_args: tup
     """`got` (jax.jit's output `k`), with the reference's value where it is neither that nor
     the reference's on flushed inputs."""
     reference = _jitted(c.name, "reference")[1]
+    results = [np.asarray(jax.tree.leaves(reference(*inputs, **c.static))[k])
+               for inputs in ((args, flushed_args) if flushed_args is not None else (args,))]
     wide = got.astype(np.float64)
     right = np.zeros(got.shape, bool)
-    for inputs in (args, flushed_args) if flushed_args is not None else (args,):
-        r = np.asarray(jax.tree.leaves(reference(*inputs, **c.static))[k]).astype(np.float64)
-        right |= np.isclose(wide, r, rtol=1e-6, atol=0, equal_nan=True)
-    first = np.asarray(jax.tree.leaves(reference(*args, **c.static))[k])
-    return np.where(right, got, first)
+    for r in results:
+        right |= np.isclose(wide, r.astype(np.float64), rtol=1e-6, atol=0, equal_nan=True)
+    return np.where(right, got, results[0])
 
 
 def check(c: Case, args: tuple, backend: str | None = None) -> None:

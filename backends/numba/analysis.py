@@ -1,0 +1,119 @@
+"""What the kernel of a fused computation will be, read from the computation alone: its outputs,
+its iteration space (a reduction's, or the output's), whether its loops flatten to one or walk
+an operand across its rows, whether its dot can live in its output, and how much work it is
+(from which the runtime splits it across threads). `kernels.py` writes the kernel from these.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleShape
+
+# A kernel is split across threads when its estimated work (elements, with each transcendental
+# op counted as TRANSCENDENTAL_WORK more) reaches PARALLEL_MIN_WORK: handing a chunk to a pool
+# thread and waiting for it costs 50-75 us on these machines, and a unit of work about 0.1 ns,
+# so a split pays from some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats,
+# 0.6M units, took 58 us on one thread and 102 us split in two).
+PARALLEL_MIN_WORK = 1 << 21
+TRANSCENDENTAL_WORK = 4
+TRANSCENDENTAL_OPS = {
+    Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
+    Op.ATAN, Op.ATAN2, Op.ERF, Op.ERFC, Op.CBRT, Op.POW,
+}  # fmt: skip
+# Steps a loop may walk an operand in that fall in one L1 set (see TILE in kernels.py).
+ALIASING = 1024
+
+
+def output_members(comp: Computation) -> list[str]:
+    root = comp.root_instruction
+    return list(root.operands) if root.op is Op.TUPLE else [root.name]
+
+
+def output_shapes(comp: Computation) -> list[Shape]:
+    shape = comp.result_shape
+    return list(shape.elements) if isinstance(shape, TupleShape) else [shape]
+
+
+def reduction_space(comp: Computation) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The input kernel's space: its first reduction's (lowering checks that all agree)."""
+    return next((space_of(comp, i) for i in comp.instructions if i.info.kind is Kind.REDUCTION), None)
+
+
+def space_of(comp: Computation, reduction: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(S, A) of a reduction: its operand's dims and the axes it reduces."""
+    r = reduction
+    axes = (r.attr("axis"),) if r.op in (Op.ARGMAX, Op.ARGMIN) else r.attr("axes")
+    return comp[r.operands[0]].array_shape.dims, tuple(sorted(axes))
+
+
+def flattenable(comp: Computation, dims: tuple[int, ...]) -> bool:
+    """True when every member is elementwise over `dims` or a scalar broadcast into it."""
+    for inst in comp.instructions:
+        if inst.op in (Op.PARAMETER, Op.TUPLE):
+            continue
+        shape = inst.shape
+        if not isinstance(shape, Shape):
+            return False
+        if inst.op is Op.CONSTANT:
+            if shape.dims not in ((), dims) or not inst.attr("value").is_splat():
+                return False
+            continue
+        if inst.op is Op.BROADCAST_IN_DIM:
+            if comp[inst.operands[0]].array_shape.rank != 0:
+                return False
+            continue
+        if inst.info.kind is not Kind.ELEMENTWISE or shape.dims not in ((), dims):
+            return False
+        if any(comp[o].array_shape.dims not in ((), dims) for o in inst.operands):
+            return False
+    return all(p.array_shape.dims in ((), dims) for p in comp.parameters)
+
+
+def reads_across(comp: Computation) -> bool:
+    """Whether a loop over `comp`'s result walks a transpose's operand across its rows, in steps
+    of a multiple of ALIASING bytes: a transpose whose last dimension is an outer one of its
+    operand, the elements after that one a multiple of ALIASING bytes."""
+    for inst in comp.instructions:
+        if inst.op is not Op.TRANSPOSE:
+            continue
+        perm, operand = inst.attr("permutation"), comp[inst.operands[0]].array_shape
+        walked = int(perm[-1])
+        if walked == len(perm) - 1:
+            continue
+        step = int(np.prod(operand.dims[walked + 1:], dtype=np.int64)) * operand.dtype.itemsize
+        if step % ALIASING == 0:
+            return True
+    return False
+
+
+def dot_in_output(comp: Computation, dot: Instruction | None, space) -> bool:
+    """Whether the dot's result can live in the output buffer: one output of the dot's own
+    shape and type, the dot read only by elementwise ops of that shape and by reductions over
+    trailing axes (so each row is read whole, or at the index being written, before that
+    index is written), as XLA writes a dot into its output and runs the epilogue in place."""
+    if dot is None or space is not None and 0 in space[1]:
+        return False
+    outputs = output_shapes(comp)
+    if len(outputs) != 1 or outputs[0] != dot.shape or dot.shape.dtype not in (DType.F32, DType.F64):
+        return False
+    for inst in comp.instructions:
+        if dot.name not in inst.operands:
+            continue
+        if inst.info.kind is Kind.REDUCTION:
+            continue
+        if inst.info.kind is not Kind.ELEMENTWISE or inst.array_shape.dims != dot.array_shape.dims:
+            return False
+    return True
+
+
+def work_estimate(comp: Computation, space) -> int:
+    """Elements of the iteration space, times 1 + TRANSCENDENTAL_WORK per transcendental op."""
+    if space is not None:
+        size = 1
+        for d in space[0]:
+            size *= d
+    else:
+        size = max((s.size for s in output_shapes(comp)), default=0)
+    transcendental = sum(1 for i in comp.instructions if i.op in TRANSCENDENTAL_OPS)
+    return size * (1 + TRANSCENDENTAL_WORK * transcendental)
