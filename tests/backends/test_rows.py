@@ -76,3 +76,26 @@ def test_max_and_min_keep_the_sign_of_zero():
     mn = xfuse.jit(lambda x: jnp.min(x, axis=-1))(x)
     np.testing.assert_array_equal(np.signbit(mx), [True, False, False, False])
     np.testing.assert_array_equal(np.signbit(mn), [True, True, True, True])
+
+
+@pytest.mark.parametrize("name", ["max_f32", "min_f32"])
+def test_float32_keys_stay_32_bits_wide(name):
+    """numba widens int32 arithmetic to int64; the f32 extremes cast their keys back, so the
+    vectorised loop compares i32 lanes (eight per AVX2 vector), not i64 ones (four)."""
+    import re
+
+    from xfuse.backends.numba.compile import CALLED_ROWS
+
+    fn = getattr(CALLED_ROWS, name)
+    fn(np.zeros(64, np.float32))
+    ir = fn.inspect_llvm(fn.signatures[0])
+    assert re.search(r"<\d+ x i32>", ir), "the key loop did not vectorise"
+    assert not re.search(r"<\d+ x i64>", ir), "the keys were widened to 64 bits"
+    x = rows_with_specials(np.float32, shape=(6, 1000), seed=3)
+    for row in x:
+        got = np.float32(fn(row))
+        want = (np.max if name == "max_f32" else np.min)(row)
+        if np.isnan(want):
+            assert np.isnan(got)
+        else:
+            assert got == want and np.signbit(got) == np.signbit(want) or (want == 0 and got == 0)
