@@ -404,6 +404,16 @@ def test_hot_f32_functions_vectorise_full_width(name):
     assert re.search(r"<(8|16) x float>", llvm), f"{name}_f32 is not vectorised 8 or 16 wide"
 
 
+@pytest.mark.parametrize("name", ["exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "erf"])
+def test_f32_integer_steps_stay_32_bits_wide(name):
+    """numba widens int32 arithmetic to int64; the exponent and bit steps cast back, so the
+    vectorised loop has no int64 lanes (AVX2 converts no int64 vector to float: log's loop
+    made scalar conversions)."""
+    k = kernel(name, "f32")
+    llvm = k.inspect_llvm(k.signatures[0])
+    assert not re.search(r"<\d+ x i64>", llvm), f"{name}_f32 computes in int64 lanes"
+
+
 # ------------------------------------------------------------------------------------ partial cores
 # tanh and logistic call cores that skip clamps their argument never reaches; each must equal
 # the full function bit for bit over its stated range (NaN included).
