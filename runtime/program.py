@@ -27,16 +27,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import blas
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
-from .parallel import run_rows
+from .parallel import num_threads, run_rows
 from .pool import POOL
 
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
 # one BLAS call over all rows then the epilogue beat 1 MiB blocks (OpenBLAS's threads spin
 # between calls and slow the epilogue's), so only results past 16 MiB are split.
 BLOCK_BYTES = 1 << 24
+# A product run in xfuse's threads (`blas`) is split over them from this many multiply-adds
+# (about 60 us on one core here, beside the 40-50 us of handing a block to a pool thread).
+SPLIT_PRODUCT_MIN = 1 << 22
 HALF = ("float16", "bfloat16")
 
 
@@ -82,18 +86,38 @@ def dot_plan(lhs, rhs, contracting, batch):
     return (list(lb) + lf + list(lc), (b, m, k)), (list(rb) + list(rc) + rf, (b, k, n)), (b, m, n)
 
 
-def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype) -> None:
-    """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N)."""
+def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
+        np.matmul(a, b, out=out)
+
+
+def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False) -> None:
+    """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N). `own`: in xfuse's
+    threads, BLAS single-threaded (`blas`), a block of the batch or of the rows each."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
-    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
-        np.matmul(a3, b3, out=out.reshape(*a3.shape[:-1], b3.shape[-1]))
+    o = out.reshape(*a3.shape[:-1], b3.shape[-1])
+    if not own:
+        _gemm(a3, b3, o)
+        return
+    m = a3.shape[-2]
+    with blas.single_threaded():
+        if a3.size // a3.shape[-1] * a3.shape[-1] * b3.shape[-1] < SPLIT_PRODUCT_MIN:
+            _gemm(a3, b3, o)
+        elif a3.ndim == 3 and a3.shape[0] >= num_threads():
+            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e]), a3.shape[0])
+        elif a3.ndim == 3 and m > 1:
+            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e]), m)
+        elif m > 1:
+            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e]), m)
+        else:  # a vector times a matrix: one thread
+            _gemm(a3, b3, o)
 
 
-def make_dot(lhs, rhs, contracting, batch, out_dtype: str) -> Callable:
+def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) -> Callable:
     """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
     transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
-    small product in a loop body pays little besides BLAS."""
+    small product in a loop body pays little besides BLAS. `own`: see `matmul`."""
     (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
     work = compute_dtype(out_dtype)
     if lshape[0] == 1:
@@ -104,13 +128,13 @@ def make_dot(lhs, rhs, contracting, batch, out_dtype: str) -> Callable:
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
         b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
-        matmul(a, b, out, work)
+        matmul(a, b, out, work, own)
 
     return dot
 
 
-def dot_run(step: dict) -> Callable:
-    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"])
+def dot_run(step: dict, own: bool = False) -> Callable:
+    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"], own)
     work, target = compute_dtype(step["dtype"]), dtype(step["dtype"])
     dims = tuple(step["dims"])
 
@@ -125,7 +149,7 @@ def dot_run(step: dict) -> Callable:
     return run
 
 
-def _block_dot(a, b, out, d: dict, work) -> None:
+def _block_dot(a, b, out, d: dict, work, own: bool) -> None:
     (lperm, _), (rperm, _), _ = dot_plan(d["lhs"], d["rhs"], d["contracting"], d["batch"])
     (lc, rc), (lb, _) = d["contracting"], d["batch"]
     a_t, b_t = np.transpose(a, lperm), np.transpose(b, rperm)
@@ -135,7 +159,7 @@ def _block_dot(a, b, out, d: dict, work) -> None:
     m = int(np.prod(a_t.shape[nb : nb + lf])) if lf else 1
     k = int(np.prod(a_t.shape[nb + lf :])) if len(lc) else 1
     n = int(np.prod(b_t.shape[nb + len(rc) :])) if b_t.ndim > nb + len(rc) else 1
-    matmul(a_t.reshape(bsize, m, k), b_t.reshape(bsize, k, n), out, work)
+    matmul(a_t.reshape(bsize, m, k), b_t.reshape(bsize, k, n), out, work, own)
 
 
 def _rows(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
@@ -179,10 +203,11 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
     return _AS_IS
 
 
-def kernel_run(step: dict, kernel: Kernel) -> Callable:
-    """run(inputs, outputs) for a kernel step."""
+def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
+    """run(inputs, outputs) for a kernel step (`own`: an output fusion's product runs in
+    xfuse's threads, see `matmul`)."""
     if step.get("dot") is not None:
-        return _output_run(step, kernel)
+        return _output_run(step, kernel, own)
     fn, settle = kernel.fn, kernel.settle
     prepare = [_preparer(dims, name, kernel.pointers) for dims, name in step["params"]]
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
@@ -215,7 +240,7 @@ def kernel_run(step: dict, kernel: Kernel) -> Callable:
     return run
 
 
-def _output_run(step: dict, kernel: Kernel) -> Callable:
+def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue."""
     fn, settle = kernel.fn, kernel.settle
     d = step["dot"]
@@ -233,7 +258,7 @@ def _output_run(step: dict, kernel: Kernel) -> Callable:
     lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in contracting[0]), None)
     if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
         block = rows
-    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"])
+    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own)
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
@@ -264,7 +289,7 @@ def _output_run(step: dict, kernel: Kernel) -> Callable:
                 end = min(rows, start + block)
                 part = buf[: end - start]
                 b_rows = _rows(b, rb[0], start, end) if lb else b
-                _block_dot(_rows(a, lhs_axis, start, end), b_rows, part, d, work)
+                _block_dot(_rows(a, lhs_axis, start, end), b_rows, part, d, work, own)
                 run_rows(
                     lambda s, e, start=start, part=part: fn(start + s, start + e, start, part, *args, *outs),
                     end - start,
@@ -298,9 +323,13 @@ def _alias(step: dict) -> tuple[Callable, int | None]:
 
 
 def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, np.ndarray],
-          sources: Mapping[str, str] | None = None) -> Executable:
+          sources: Mapping[str, str] | None = None, own: bool | None = None) -> Executable:
     """The executable of `program`, given its kernels by name and its constants by key (a
-    program's `constants` maps each constant's value slot to its key)."""
+    program's `constants` maps each constant's value slot to its key). `own`: whether its
+    products run in xfuse's threads (`blas`); by default, where any kernel of the program,
+    nested ones included, is split over threads and BLAS's thread count can be set."""
+    if own is None:
+        own = blas.available() and any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     for s in program["steps"]:
@@ -310,15 +339,15 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             steps.append(Step(s["name"], "alias", run, inputs, outputs, element=element))
         elif op == "dot":
             specs = (spec((s["dims"], s["dtype"])),)
-            steps.append(Step(s["name"], "blas", dot_run(s), inputs, outputs, specs, "dot_general"))
+            steps.append(Step(s["name"], "blas", dot_run(s, own), inputs, outputs, specs, "dot_general"))
         elif op == "kernel" and "window" in s:
-            parts = build(s["window"]["parts"], kernels, constants, sources)
+            parts = build(s["window"]["parts"], kernels, constants, sources, own)
             steps.append(Step(s["name"], "alias", window_run(s["window"], parts), inputs, outputs, label=s["label"]))
         elif op == "kernel":
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
             kernel = kernels[s["kernel"]]
-            run = kernel_run(s, kernel)
+            run = kernel_run(s, kernel, own)
             specs = tuple(spec(e) for e in s["specs"])
             # Over an input it reads, a numba kernel's vectorised loop falls back to its scalar
             # one (LLVM checks at run time that the arrays do not overlap): 2x slower for x * 2
@@ -330,21 +359,21 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             specs = tuple(spec(e) for e in s["specs"])
             steps.append(Step(s["name"], "library", library_run(s), inputs, outputs, specs, s["label"]))
         elif op == "while":
-            condition = build(s["condition"], kernels, constants, sources)
-            body = build(s["body"], kernels, constants, sources)
+            condition = build(s["condition"], kernels, constants, sources, own)
+            body = build(s["body"], kernels, constants, sources, own)
             native = kernels.get(s.get("native", ""))
             run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
             steps.append(Step(s["name"], "alias", run, inputs, outputs, label=s["label"]))
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
         elif op == "conditional":
-            branches = [build(b, kernels, constants, sources) for b in s["branches"]]
+            branches = [build(b, kernels, constants, sources, own) for b in s["branches"]]
             steps.append(Step(s["name"], "alias", conditional_run(branches, s["tupled"]), inputs, outputs,
                               label=s["label"]))
             for k, inner in enumerate(branches):
                 inner_sources.update({f"{s['name']}/branch{k}/{n}": v for n, v in inner.kernel_sources.items()})
         elif op == "nested":
-            inner = build(s["program"], kernels, constants, sources)
+            inner = build(s["program"], kernels, constants, sources, own)
             steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
                               label=s["label"]))
         else:
