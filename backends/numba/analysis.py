@@ -12,9 +12,10 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleSha
 
 # A kernel is split across threads when its estimated work (elements, with each transcendental
 # op counted as TRANSCENDENTAL_WORK more) reaches PARALLEL_MIN_WORK: handing a chunk to a pool
-# thread and waiting for it costs 50-75 us on these machines, and a unit of work about 0.1 ns,
-# so a split pays from some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats,
-# 0.6M units, took 58 us on one thread and 102 us split in two).
+# thread and waiting for it cost 50-75 us on these machines (40 us since the pool waits on
+# SimpleQueues, runtime/parallel.py), and a unit of work about 0.1 ns, so a split pays from
+# some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats, 0.6M units, took 58 us
+# on one thread and 102 us split in two with the older pool).
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_WORK = 4
 TRANSCENDENTAL_OPS = {

@@ -1,0 +1,111 @@
+"""The row thread pool (`runtime.parallel`): every row runs once, the caller takes the first
+chunk, a chunk's exception reaches the caller after the other chunks finish, a split asked
+for inside a chunk runs serially instead of waiting on the pool, concurrent callers get their
+own rows, and a new thread count retires the old threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from xfuse.runtime import parallel
+
+
+@pytest.fixture
+def threads3():
+    parallel.set_num_threads(3)
+    yield
+    parallel.set_num_threads(None)
+
+
+def test_every_row_once_and_the_caller_takes_the_first_chunk(threads3):
+    seen, lock = [], threading.Lock()
+
+    def fn(start, end):
+        with lock:
+            seen.append((start, end, threading.get_ident()))
+
+    parallel.run_rows(fn, 10)
+    assert sorted((s, e) for s, e, _ in seen) == [(0, 3), (3, 6), (6, 10)]
+    me = threading.get_ident()
+    assert [t for s, _, t in seen if s == 0] == [me]
+    assert all(t != me for s, _, t in seen if s != 0), "the caller ran a chunk it handed over"
+
+
+def test_an_exception_in_a_chunk_reaches_the_caller_after_the_others(threads3):
+    finished = []
+
+    def fn(start, end):
+        if start == 3:
+            raise ZeroDivisionError("chunk 2")
+        time.sleep(0.05)
+        finished.append(start)
+
+    with pytest.raises(ZeroDivisionError, match="chunk 2"):
+        parallel.run_rows(fn, 9)
+    assert sorted(finished) == [0, 6]
+    parallel.run_rows(lambda s, e: None, 9)  # the pool still works
+
+    finished.clear()
+
+    def caller_fails(start, end):
+        if start == 0:
+            raise KeyError("the caller's chunk")
+        time.sleep(0.05)
+        finished.append(start)
+
+    with pytest.raises(KeyError, match="the caller's chunk"):
+        parallel.run_rows(caller_fails, 9)
+    assert sorted(finished) == [3, 6]
+
+
+def test_a_split_inside_a_chunk_runs_serially(threads3):
+    inner = []
+
+    def fn(start, end):
+        parallel.run_rows(lambda s, e: inner.append((start, s, e, threading.get_ident())), 4)
+
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (parallel.run_rows(fn, 3), done.set()), daemon=True)
+    t.start()
+    assert done.wait(20), "a nested split waited on the pool"
+    for start, s, e, ident in inner:
+        if start != 0:  # the chunks the pool ran split nothing further
+            assert (s, e) == (0, 4)
+
+
+def test_concurrent_callers_get_their_own_rows(threads3):
+    results: dict[int, list] = {}
+
+    def call(k):
+        got = []
+        parallel.run_rows(lambda s, e: got.extend(range(s, e)), 100 + k)
+        results[k] = sorted(got)
+
+    callers = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join(20)
+    assert results == {k: list(range(100 + k)) for k in range(6)}
+
+
+def pool_threads() -> int:
+    return sum(t.name.startswith("xfuse_") for t in threading.enumerate())
+
+
+def test_a_new_thread_count_retires_the_old_threads():
+    try:
+        parallel.set_num_threads(4)
+        parallel.run_rows(lambda s, e: None, 8)
+        assert pool_threads() >= 3
+        parallel.set_num_threads(2)
+        parallel.run_rows(lambda s, e: None, 8)
+        deadline = time.monotonic() + 10
+        while pool_threads() > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool_threads() == 1
+    finally:
+        parallel.set_num_threads(None)
