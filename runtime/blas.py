@@ -102,4 +102,19 @@ def single_threaded():
                     set_(count)
 
 
+def _after_fork_in_child() -> None:
+    """A child forked inside a block (from another thread) never sees it close: it puts the
+    counts back now, and starts with a fresh lock."""
+    global _lock, _depth
+    _lock = threading.Lock()
+    if _depth:
+        _depth = 0
+        for (_, set_), count in zip(controls(), _saved):
+            set_(count)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 __all__ = ["ENABLED", "available", "controls", "single_threaded", "threads"]

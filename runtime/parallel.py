@@ -8,7 +8,8 @@ about 65 us more than running it on one through `concurrent.futures` (whose futu
 Python-level conditions), and 40 us this way, most of it the OS waking the other thread. A
 chunk's exception reaches the caller once every chunk is done (they write the caller's
 buffers). A split asked for inside a chunk runs serially on that chunk's thread, so nested
-splits cannot wait on each other. Imports the standard library only.
+splits cannot wait on each other. A forked child makes a pool of its own (the parent's threads
+are not in it). Imports the standard library only.
 """
 
 from __future__ import annotations
@@ -104,6 +105,16 @@ def _get_pool(workers: int) -> _Pool:
                 _pool.shutdown()
             _pool = _Pool(workers)
         return _pool
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: it makes its own pool when it splits."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_rows(fn: Callable[[int, int], None], rows: int, split: bool = True) -> None:

@@ -98,3 +98,42 @@ def test_a_new_thread_count_retires_the_old_threads():
         assert pool_threads() == 1
     finally:
         parallel.set_num_threads(None)
+
+
+FORK = """
+import os, sys
+from xfuse.runtime import parallel, blas
+parallel.set_num_threads(2)
+rows = []
+parallel.run_rows(lambda s, e: rows.append((s, e)), 8)  # the parent's pool exists now
+import threading
+inside, leave = threading.Event(), threading.Event()
+
+def hold():  # another thread holds BLAS at one thread while the process forks
+    with blas.single_threaded():
+        inside.set()
+        leave.wait()
+
+holder = threading.Thread(target=hold)
+holder.start()
+inside.wait()
+pid = os.fork()
+if pid == 0:
+    got = []
+    parallel.run_rows(lambda s, e: got.extend(range(s, e)), 8)
+    ok = sorted(got) == list(range(8)) and blas.threads() == [2] * len(blas.controls())
+    os._exit(0 if ok else 3)
+leave.set()
+holder.join()
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_splits_with_threads_of_its_own_and_blas_threads_back():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", FORK], timeout=60, capture_output=True, text=True,
+                         env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "2"})
+    assert run.returncode == 0, run.stderr
