@@ -94,7 +94,7 @@ def emit_c(compiled, out_dir: str | Path, name: str | None = None, *, target: st
     openmp = openmp and toolchain.openmp_available()
     name = _identifier(name if name is not None else compiled.module.name, given=name is not None)
     toolchain.target_flags(target)  # an unknown target fails here, before anything is written
-    lowered = lower(compiled.module)
+    lowered = lower(compiled.module, fills=False)  # the entry makes no numpy library calls
     input_names = [leaf.path for leaf in compiled.lowered.info.leaves]
     source, header = generate(lowered, name, input_names, _result_names(compiled, lowered), openmp=openmp)
     folder = Path(out_dir)

@@ -1,5 +1,6 @@
-"""Library steps: the data ops (cumulative ops, sort, top_k, gather, scatter) as numpy calls,
-for programs that the numba and C backends lower and AOT artifacts load with numpy alone.
+"""Library steps: the data ops (cumulative ops, sort, top_k, gather, scatter) and broadcasts
+standing alone as numpy calls, for programs that the numba and C backends lower and AOT
+artifacts load with numpy alone.
 
 A program step `{"op": "library", "fn": NAME, "attrs": {...}, "specs": [...]}` runs
 `FUNCTIONS[NAME](inputs, attrs)`, whose arrays go into the step's output buffers. The semantics
@@ -313,7 +314,23 @@ def scatter(inputs, attrs):
     return [out.reshape(x.shape)]
 
 
+# ---------------------------------------------------------------------------- broadcast
+def broadcast(inputs, attrs):
+    """broadcast_in_dim: operand dimension i becomes result dimension dims[i] (of its size, or
+    expanded from 1); a view, which the step copies into its buffer (a fill, for a scalar)."""
+    (x,) = inputs
+    operand, dims = attrs["operand"], attrs["dims"]
+    x = np.asarray(x).reshape(operand)  # a scalar may arrive as a one-element vector
+    order = sorted(range(len(dims)), key=lambda i: dims[i])
+    x = x.transpose(order)
+    shape = [1] * len(attrs["out"])
+    for axis, i in enumerate(order):
+        shape[dims[i]] = x.shape[axis]
+    return [np.broadcast_to(x.reshape(shape), attrs["out"])]
+
+
 FUNCTIONS: dict[str, Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]] = {
+    "broadcast": broadcast,
     "cumsum": _cumulative(_cumsum),
     "cumprod": _cumulative(_cumprod),
     "cummax": _cumulative(_extreme(largest=True)),

@@ -1,7 +1,8 @@
 """Library steps of a lowered program: the data ops (cumulative ops, sort, top_k, gather,
-scatter), which no kernel holds, run as numpy calls from `xfuse.runtime.library`. A step names
-the function and carries the instruction's attributes as JSON values (int lists, flags as
-bools), so an AOT artifact runs it with numpy alone. Imports xfuse.hlo only.
+scatter), which no kernel holds, and broadcasts standing alone, run as numpy calls from
+`xfuse.runtime.library`. A step names the function and carries the instruction's attributes
+as JSON values (int lists, flags as bools), so an AOT artifact runs it with numpy alone.
+Imports xfuse.hlo only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ def _json(name: str, value: object) -> object:
     if name in FLAGS:
         return value == "true"
     return list(value) if isinstance(value, tuple) else value
+
+
+def library_step_of(fn: str, attrs: dict, inst: Instruction, common: dict) -> dict:
+    """A library step running `fn` with `attrs` (JSON values) for `inst`'s one array result."""
+    return {"op": "library", **common, "fn": fn, "attrs": attrs, "label": str(inst.op),
+            "specs": [[list(inst.shape.dims), inst.shape.dtype.numpy.name]]}
 
 
 def library_step(inst: Instruction, common: dict) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 
 from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
 
-from .library_steps import LIBRARY_OPS, library_step
+from .library_steps import LIBRARY_OPS, library_step, library_step_of
 from .control import control_step, entry, kernel_name, window
 from .analysis import flattenable, output_shapes, space_of
 from .kernels import KernelSource, write_kernel
@@ -31,6 +31,7 @@ class Lowered:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     kernels: dict[str, KernelSource] = field(default_factory=dict)
     bodies: dict[str, Computation] = field(default_factory=dict)  # kernel name -> computation
+    fills: bool = True  # lone broadcasts as library steps (see `lower`)
 
 
 def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
@@ -44,9 +45,11 @@ def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
     return Computation(f"single_{inst.op.value}", (*params, body), "single")
 
 
-def lower(module: Module, prefix: str = "") -> Lowered:
-    """The program of `module`; its kernel names start with `k_` and `prefix`."""
-    out = Lowered({})
+def lower(module: Module, prefix: str = "", fills: bool = True) -> Lowered:
+    """The program of `module`; its kernel names start with `k_` and `prefix`. `fills`: a
+    broadcast standing alone outside loop bodies is a numpy library step (off: a kernel, as
+    the C entry of `aot.emit_c`, which makes no library calls, needs)."""
+    out = Lowered({}, fills=fills)
     out.program = _lower(module, module.entry_computation, out, prefix)
     return out
 
@@ -90,6 +93,10 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
             # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
             # nothing here can be seen, so the step only makes the empty tuple.
             steps.append({"op": "alias", "kind": "tuple", **common, "inputs": []})
+        elif out.fills and not loop_body and (fill := _fill(module, body, inst)) is not None:
+            # only a broadcast: numpy fills the buffer, no kernel is compiled (a loop body keeps
+            # its kernel, which a native loop can call)
+            steps.append(library_step_of("broadcast", fill, inst, common))
         elif inst.op is Op.FUSION and _nested(module, inst, scans):
             called = module[inst.attr("calls")]
             inner = _lower(module, called, out, f"{prefix}{inst.name}.")
@@ -159,6 +166,26 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
                        "operands": [source.params.index(o) for o in dot.operands],
                        "row_blocked": source.row_blocked, "in_out": source.dot_in_out}
     return step
+
+
+def _fill(module: Module, comp: Computation, inst: Instruction) -> dict | None:
+    """The attributes of a `broadcast` library step when `inst` only broadcasts its one operand
+    (an unfused broadcast_in_dim, or a fusion holding nothing else), else None."""
+    if isinstance(inst.shape, TupleShape) or len(inst.operands) != 1:
+        return None
+    broadcast = inst
+    if inst.op is Op.FUSION:
+        called = inline_calls(module, module[inst.attr("calls")])
+        work = [i for i in called.instructions if i.op is not Op.PARAMETER]
+        if len(work) != 1:
+            return None
+        broadcast = work[0]
+    operand = comp[inst.operands[0]].shape
+    if broadcast.op is not Op.BROADCAST_IN_DIM or isinstance(operand, TupleShape) \
+            or operand.dtype != broadcast.shape.dtype:
+        return None
+    return {"operand": list(operand.dims), "dims": [int(d) for d in broadcast.attr("dims")],
+            "out": list(broadcast.shape.dims)}
 
 
 def _nested(module: Module, inst: Instruction, scans: dict) -> bool:

@@ -134,6 +134,8 @@ CASES = {
              (normal(1100), normal(500, 1100)), {}, {}),
     # results that are an argument or a constant are copied out
     "passthrough": (lambda x: (x, x + 1.0, jnp.float32(2.5)), (normal(3, 5),), {}, {}),
+    # a lone broadcast: a numpy step in programs, a kernel in the C entry (no library calls)
+    "broadcast": (lambda x, y: (jnp.broadcast_to(x, (4, 3, 5)), y * 2.0), (normal(3, 5), normal(7)), {}, {}),
     # loops as C drivers: a scanned RNN (a dot in the body, the stack written a window at a
     # time in place) and a loop whose trip count depends on the data, whose state is returned
     "rnn": (lambda xs, wx, wh, b: jax.lax.scan(lambda h, x: (jnp.tanh(x @ wx + h @ wh + b),) * 2,
