@@ -79,12 +79,17 @@ class _Pool:
             if task is None:
                 return
             fn, args, done = task
+            error = None
             try:
                 fn(*args)
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-                done.put(e)
-            else:
-                done.put(None)
+                error = e
+            # the chunk's closure holds the caller's arrays (its output buffer among them):
+            # let go of it before the caller hears the chunk is done, so the buffer can be
+            # reused at once (not only when the next chunk arrives)
+            task = fn = args = None
+            done.put(error)
+            done = error = None
 
     def submit(self, fn: Callable, *args) -> _Pending:
         done: queue.SimpleQueue = queue.SimpleQueue()

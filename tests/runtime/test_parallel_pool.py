@@ -137,3 +137,21 @@ def test_a_forked_child_splits_with_threads_of_its_own_and_blas_threads_back():
     run = subprocess.run([sys.executable, "-c", FORK], timeout=60, capture_output=True, text=True,
                          env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "2"})
     assert run.returncode == 0, run.stderr
+
+
+def test_a_chunk_keeps_nothing_alive_once_done(threads3):
+    import functools
+    import weakref
+
+    import numpy as np
+
+    def fill(buffer, start, end):
+        buffer[start:end] = 1.0
+
+    out = np.zeros(8)
+    ref = weakref.ref(out)
+    fn = functools.partial(fill, out)  # holds the buffer itself, as kernel closures do
+    parallel.run_rows(fn, 8)
+    assert out.sum() == 8
+    del fn, out  # the caller lets go: no pool thread may still hold the buffer
+    assert ref() is None, "a pool thread still holds the last chunk's arrays"
