@@ -102,7 +102,7 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
         return
     m = a3.shape[-2]
     with blas.single_threaded():
-        if a3.size // a3.shape[-1] * a3.shape[-1] * b3.shape[-1] < SPLIT_PRODUCT_MIN:
+        if a3.size * b3.shape[-1] < SPLIT_PRODUCT_MIN:  # multiply-adds: B * M * K * N
             _gemm(a3, b3, o)
         elif a3.ndim == 3 and a3.shape[0] >= num_threads():
             run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e]), a3.shape[0])
