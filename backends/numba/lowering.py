@@ -32,6 +32,7 @@ class Lowered:
     kernels: dict[str, KernelSource] = field(default_factory=dict)
     bodies: dict[str, Computation] = field(default_factory=dict)  # kernel name -> computation
     fills: bool = True  # lone broadcasts as library steps (see `lower`)
+    loops: int = 0  # while loops around the program being lowered
 
 
 def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
@@ -47,8 +48,8 @@ def single_op_computation(inst: Instruction, comp: Computation) -> Computation:
 
 def lower(module: Module, prefix: str = "", fills: bool = True) -> Lowered:
     """The program of `module`; its kernel names start with `k_` and `prefix`. `fills`: a
-    broadcast standing alone outside loop bodies is a numpy library step (off: a kernel, as
-    the C entry of `aot.emit_c`, which makes no library calls, needs)."""
+    broadcast standing alone outside loops is a numpy library step (off: a kernel, as the C
+    entry of `aot.emit_c`, which makes no library calls, needs)."""
     out = Lowered({}, fills=fills)
     out.program = _lower(module, module.entry_computation, out, prefix)
     return out
@@ -88,14 +89,17 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
         elif inst.op in LIBRARY_OPS:
             steps.append(library_step(inst, common))
         elif inst.op in (Op.WHILE, Op.CONDITIONAL):
+            loop = int(inst.op is Op.WHILE)
+            out.loops += loop
             steps.append(control_step(module, inst, common, lambda c, p, b: _lower(module, c, out, p, b), prefix))
+            out.loops -= loop
         elif inst.shape == TupleShape(()):
             # No outputs (a fusion whose root is `tuple()`): a kernel writes at least one, and
             # nothing here can be seen, so the step only makes the empty tuple.
             steps.append({"op": "alias", "kind": "tuple", **common, "inputs": []})
-        elif out.fills and not loop_body and (fill := _fill(module, body, inst)) is not None:
-            # only a broadcast: numpy fills the buffer, no kernel is compiled (a loop body keeps
-            # its kernel, which a native loop can call)
+        elif out.fills and not out.loops and (fill := _fill(module, body, inst)) is not None:
+            # only a broadcast: numpy fills the buffer, no kernel is compiled (inside a loop,
+            # its condition and branches included, it stays a kernel, which a native loop calls)
             steps.append(library_step_of("broadcast", fill, inst, common))
         elif inst.op is Op.FUSION and _nested(module, inst, scans):
             called = module[inst.attr("calls")]

@@ -1,7 +1,8 @@
 """A broadcast standing alone (an unfused broadcast_in_dim, or a fusion of nothing else) is a
 numpy library step on the numba and C backends: no kernel is compiled for it, and it gives
 jax.jit's values bit for bit (an operand dimension kept, expanded from 1, or new; scalars;
-ints, bools, bfloat16). In a loop body it stays a kernel, so the loop still runs natively."""
+ints, bools, bfloat16). Inside a loop (its body, or a branch there) it stays a kernel, so the
+loop still runs natively."""
 
 from __future__ import annotations
 
@@ -66,3 +67,21 @@ def test_in_a_loop_body_it_stays_a_kernel_and_the_loop_runs_natively():
     assert not any(s["op"] == "library" for s in body)
     s, filled = compile_module(module)([np.float32(1)])
     assert s == 4 and np.array_equal(filled, np.full(8, 3, np.float32))
+
+
+def test_in_a_branch_inside_a_loop_it_stays_a_kernel_and_the_loop_runs_natively():
+    def branch_fill_in_loop(s):
+        def body(i, c):
+            v = lax.cond(c[0] > 2, lambda t: jnp.broadcast_to(t, (8,)), lambda t: jnp.broadcast_to(-t, (8,)), c[0])
+            return c[0] + 1, v
+
+        return lax.fori_loop(0, 5, body, (s, jnp.zeros((8,), jnp.float32)))
+
+    module = traced(branch_fill_in_loop, np.float32(1))
+    lowered, drivers = drivers_of(module)
+    loops = [s for s in walk(lowered.program) if s["op"] == "while"]
+    assert loops and all(s.get("native") in drivers for s in loops)
+    assert not any(s["op"] == "library" for s in walk(lowered.program))
+    s, filled = compile_module(module)([np.float32(1)])
+    want_s, want = jax.jit(branch_fill_in_loop)(np.float32(1))
+    assert s == want_s and np.array_equal(filled, np.asarray(want))
