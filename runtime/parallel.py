@@ -69,6 +69,8 @@ class _Pool:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._lock = threading.Lock()
         for i in range(workers):
             threading.Thread(target=self._work, name=f"xfuse_{i}", daemon=True).start()
 
@@ -93,13 +95,27 @@ class _Pool:
 
     def submit(self, fn: Callable, *args) -> _Pending:
         done: queue.SimpleQueue = queue.SimpleQueue()
-        self._tasks.put((fn, args, done))
+        with self._lock:
+            if not self._closed:
+                self._tasks.put((fn, args, done))
+                return _Pending(done)
+        # a caller that took this pool just before a new thread count retired it: its threads
+        # are leaving, so the chunk runs here
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - raised by result()
+            done.put(e)
+        else:
+            done.put(None)
         return _Pending(done)
 
     def shutdown(self) -> None:
-        """The threads leave once the chunks already handed over are done."""
-        for _ in range(self.workers):
-            self._tasks.put(None)
+        """The threads leave once the chunks already handed over are done; later chunks run
+        on their caller's thread."""
+        with self._lock:
+            self._closed = True
+            for _ in range(self.workers):
+                self._tasks.put(None)
 
 
 def _get_pool(workers: int) -> _Pool:

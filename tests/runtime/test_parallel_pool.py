@@ -155,3 +155,23 @@ def test_a_chunk_keeps_nothing_alive_once_done(threads3):
     assert out.sum() == 8
     del fn, out  # the caller lets go: no pool thread may still hold the buffer
     assert ref() is None, "a pool thread still holds the last chunk's arrays"
+
+
+def test_a_chunk_handed_to_a_retired_pool_still_runs():
+    try:
+        parallel.set_num_threads(2)
+        pool = parallel._get_pool(1)  # a caller holds the pool ...
+        parallel.set_num_threads(3)  # ... when a new thread count retires it
+        ran, callers = [], []
+
+        def caller():
+            callers.append(threading.get_ident())
+            pool.submit(lambda: ran.append(threading.get_ident())).result()
+
+        t = threading.Thread(target=caller, daemon=True)
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), "the chunk was queued for threads that had left"
+        assert ran == callers, "the chunk did not run on its caller's thread"
+    finally:
+        parallel.set_num_threads(None)
