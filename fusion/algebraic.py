@@ -11,19 +11,23 @@ What a rewrite leaves dead is for `dce`. May import xfuse.hlo and numpy.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
+from xfuse.hlo import Computation, Instruction, Literal, Module, Op
 
-from xfuse.hlo import Computation, DType, Instruction, Literal, Module, Op, Shape
-
+from .algebraic_parts import (
+    Pattern, Replacement, Rewrite, all_operands_same, any_of, attr_is, bypass_inner,
+    compose_broadcasts, compose_transposes, constant_selector, either_is, exponent,
+    fold_transpose_into_dot, forward, full_slice, highest, identity_broadcast,
+    identity_permutation, integer_zero, lowest, multiply_by_reciprocal, negative_zero,
+    no_dimensions, no_padding, one, operand_is, positive_zero, power_of_two_divisor,
+    reduce_no_axes, rhs_is, same_op_twice, same_shape_operand, single_operand, splat_of_one,
+    transposed_dot_operand,
+)
 from .pipeline import register
 from .rewrite import Namer, map_computations
-
-Replacement = str | list[Instruction]  # an existing value, or new instructions (last replaces)
 
 
 class Context:
@@ -54,10 +58,6 @@ class Context:
         return bool(value) if literal.dtype.is_pred else int(value)
 
 
-Pattern = Callable[[Context, Instruction], object]
-Rewrite = Callable[[Context, Instruction, object], Replacement]
-
-
 @dataclass(frozen=True, slots=True)
 class Rule:
     """Where `inst.op` is in `ops` and `pattern(context, inst)` is not None, `rewrite` replaces
@@ -68,224 +68,6 @@ class Rule:
     pattern: Pattern
     rewrite: Rewrite
     why: str
-
-
-# ---------------------------------------------------------------------------- splat predicates
-ValueTest = Callable[[object, DType], bool]
-
-
-def integer_zero(value: object, dtype: DType) -> bool:
-    return dtype.is_integer and value == 0
-
-
-def negative_zero(value: object, dtype: DType) -> bool:
-    return dtype.is_float and value == 0 and math.copysign(1.0, value) < 0
-
-
-def positive_zero(value: object, dtype: DType) -> bool:
-    return dtype.is_float and value == 0 and math.copysign(1.0, value) > 0
-
-
-def one(value: object, dtype: DType) -> bool:
-    return not dtype.is_pred and value == 1
-
-
-def lowest(value: object, dtype: DType) -> bool:
-    """The least value of `dtype`: -inf, the integer minimum, false."""
-    if dtype.is_float:
-        return value == -math.inf
-    return value == (False if dtype.is_pred else int(np.iinfo(dtype.numpy).min))
-
-
-def highest(value: object, dtype: DType) -> bool:
-    """The greatest value of `dtype`: +inf, the integer maximum, true."""
-    if dtype.is_float:
-        return value == math.inf
-    return value == (True if dtype.is_pred else int(np.iinfo(dtype.numpy).max))
-
-
-def any_of(*tests: ValueTest) -> ValueTest:
-    return lambda value, dtype: any(test(value, dtype) for test in tests)
-
-
-# ---------------------------------------------------------------------------- patterns
-def rhs_is(test: ValueTest) -> Pattern:
-    """`op(x, c)` with `c` a splat passing `test`: matches x."""
-
-    def pattern(ctx: Context, inst: Instruction) -> str | None:
-        x, c = inst.operands
-        value = ctx.splat(c)
-        return x if value is not None and test(value, inst.shape.dtype) else None
-
-    return pattern
-
-
-def either_is(test: ValueTest) -> Pattern:
-    """`op(x, c)` or `op(c, x)` with `c` a splat passing `test`: matches x."""
-
-    def pattern(ctx: Context, inst: Instruction) -> str | None:
-        lhs, rhs = inst.operands
-        for x, c in ((lhs, rhs), (rhs, lhs)):
-            value = ctx.splat(c)
-            if value is not None and test(value, inst.shape.dtype):
-                return x
-        return None
-
-    return pattern
-
-
-def operand_is(op: Op) -> Pattern:
-    """`outer(inner(...))` with `inner` of `op`: matches the inner instruction."""
-
-    def pattern(ctx: Context, inst: Instruction) -> Instruction | None:
-        inner = ctx[inst.operands[0]]
-        return inner if inner.op is op else None
-
-    return pattern
-
-
-def same_op_twice(ctx: Context, inst: Instruction) -> str | None:
-    """`f(f(x))`: matches x."""
-    inner = ctx[inst.operands[0]]
-    return inner.operands[0] if inner.op is inst.op else None
-
-
-def same_shape_operand(ctx: Context, inst: Instruction) -> str | None:
-    """A one-operand op whose result has its operand's exact shape and dtype: matches x."""
-    x = inst.operands[0]
-    return x if ctx[x].shape == inst.shape else None
-
-
-def attr_is(key: str, wanted: Callable[[object, Instruction, Context], bool]) -> Pattern:
-    """The attribute `key` passes `wanted`: matches the (first) operand."""
-
-    def pattern(ctx: Context, inst: Instruction) -> str | None:
-        return inst.operands[0] if wanted(inst.attr(key), inst, ctx) else None
-
-    return pattern
-
-
-def all_operands_same(ctx: Context, inst: Instruction) -> str | None:
-    """`op(x, x, ...)` (for select_n: every case the same value): matches x."""
-    values = inst.operands[1:] if inst.op is Op.SELECT_N else inst.operands
-    return values[0] if len(set(values)) == 1 else None
-
-
-def constant_selector(ctx: Context, inst: Instruction) -> str | None:
-    """`select_n(c, cases...)` with `c` a splat naming a case: matches that case."""
-    which, *cases = inst.operands
-    value = ctx.splat(which)
-    if value is None:
-        return None
-    index = int(value)  # pred: false picks case 0, true case 1
-    return cases[index] if 0 <= index < len(cases) else None
-
-
-def full_slice(ctx: Context, inst: Instruction) -> str | None:
-    x = inst.operands[0]
-    dims = ctx[x].shape.dims
-    everything = (tuple(0 for _ in dims), dims, tuple(1 for _ in dims))
-    attrs = (inst.attr("start"), inst.attr("limit"), inst.attr("strides"))
-    return x if attrs == everything else None
-
-
-def no_padding(ctx: Context, inst: Instruction) -> str | None:
-    padding = inst.attr("low") + inst.attr("high") + inst.attr("interior")
-    return inst.operands[0] if not any(padding) else None
-
-
-def single_operand(ctx: Context, inst: Instruction) -> str | None:
-    return inst.operands[0] if len(inst.operands) == 1 else None
-
-
-def reduce_no_axes(ctx: Context, inst: Instruction) -> str | None:
-    # A reduction over no axes returns its operand, -0.0 included (as XLA:CPU does).
-    return None if inst.attr("axes") else inst.operands[0]
-
-
-def identity_permutation(permutation: object, inst: Instruction, ctx: Context) -> bool:
-    return tuple(permutation) == tuple(range(len(permutation)))
-
-
-def no_dimensions(dimensions: object, inst: Instruction, ctx: Context) -> bool:
-    return len(dimensions) == 0
-
-
-def exponent(y: int) -> Callable[[object, Instruction, Context], bool]:
-    return lambda value, inst, ctx: value == y
-
-
-def identity_broadcast(ctx: Context, inst: Instruction) -> str | None:
-    x = inst.operands[0]
-    same = ctx[x].shape == inst.shape
-    return x if same and inst.attr("dims") == tuple(range(inst.shape.rank)) else None
-
-
-# ---------------------------------------------------------------------------- rewrites
-def forward(ctx: Context, inst: Instruction, match: object) -> Replacement:
-    """The matched value replaces the instruction."""
-    return match
-
-
-def bypass_inner(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
-    """`reshape(reshape(x))` -> `reshape(x)`: the outer op, reading the inner one's operand."""
-    return [inst.replace(operands=inner.operands)]
-
-
-def compose_transposes(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
-    # out dim i is inner dim outer[i], which is x dim inner[outer[i]].
-    outer_perm, inner_perm = inst.attr("permutation"), inner.attr("permutation")
-    composed = tuple(int(inner_perm[p]) for p in outer_perm)
-    return [inst.replace(operands=inner.operands, attrs=(("permutation", composed),))]
-
-
-def transposed_dot_operand(ctx: Context, inst: Instruction) -> tuple[int, Instruction] | None:
-    """A dot_general operand made by a transpose that keeps its free dimensions in order (so the
-    result's dimensions stay where they are): matches (0 for lhs or 1 for rhs, the transpose)."""
-    (lc, rc), (lb, rb) = inst.attr("contracting"), inst.attr("batch")
-    for side, paired in enumerate((set(lc) | set(lb), set(rc) | set(rb))):
-        inner = ctx[inst.operands[side]]
-        if inner.op is Op.TRANSPOSE:
-            perm = inner.attr("permutation")
-            free = [int(perm[d]) for d in range(len(perm)) if d not in paired]
-            if free == sorted(free):
-                return side, inner
-    return None
-
-
-def fold_transpose_into_dot(ctx: Context, inst: Instruction, match: tuple) -> Replacement:
-    # dimension d of the transpose is dimension perm[d] of its operand
-    side, inner = match
-    perm = inner.attr("permutation")
-    through = lambda dims: tuple(int(perm[d]) for d in dims)  # noqa: E731
-    contracting, batch = [list(pair) for pair in (inst.attr("contracting"), inst.attr("batch"))]
-    contracting[side], batch[side] = through(contracting[side]), through(batch[side])
-    attrs = dict(inst.attrs) | {"contracting": tuple(contracting), "batch": tuple(batch)}
-    operands = list(inst.operands)
-    operands[side] = inner.operands[0]
-    return [inst.replace(operands=tuple(operands), attrs=tuple(attrs.items()))]
-
-
-def compose_broadcasts(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
-    # x dim i lands in inner dim inner_dims[i], which lands in out dim outer_dims[inner_dims[i]].
-    outer_dims, inner_dims = inst.attr("dims"), inner.attr("dims")
-    composed = tuple(int(outer_dims[d]) for d in inner_dims)
-    return [inst.replace(operands=inner.operands, attrs=(("dims", composed),))]
-
-
-def splat_of_one(ctx: Context, inst: Instruction, match: object) -> Replacement:
-    """A constant 1 of the result's dtype, broadcast to the result's shape."""
-    shape: Shape = inst.shape
-    one_ = Literal(1, shape.dtype)
-    if shape.rank == 0:
-        return [Instruction(inst.name, Op.CONSTANT, shape, (), (("value", one_),), inst.loc)]
-    scalar = Instruction(
-        ctx.fresh("constant"), Op.CONSTANT, one_.shape, (), (("value", one_),), inst.loc
-    )
-    broadcast = Instruction(
-        inst.name, Op.BROADCAST_IN_DIM, shape, (scalar.name,), (("dims", ()),), inst.loc
-    )
-    return [scalar, broadcast]
 
 
 # ---------------------------------------------------------------------------- the rules
@@ -318,6 +100,15 @@ RULES: tuple[Rule, ...] = (
         rhs_is(one),
         forward,
         "x / 1 = x exactly: float division by 1 is exact; integer division rounds toward zero.",
+    ),
+    Rule(
+        "div_power_of_two",
+        (Op.DIV,),
+        power_of_two_divisor,
+        multiply_by_reciprocal,
+        "x / 2**k and x * 2**-k are both the exact x * 2**-k rounded once, when 2**-k is a "
+        "finite value of the dtype: the same bits for every x, NaN, inf, -0.0 and subnormal "
+        "results included (XLA's simplifier does the same); a multiply is cheaper than a divide.",
     ),
     Rule(
         "neg_neg",

@@ -35,6 +35,7 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "sub_zero",
         "mul_one",
         "div_one",
+        "div_power_of_two",
         "neg_neg",
         "not_not",
         "reshape_reshape",
@@ -118,6 +119,23 @@ CASES = {
         "(x: f16[14]) -> f16[14]",
         "  x = f16[14] parameter(0)\n" + splat("f16", "1.0") + "  ROOT d = f16[14] div(x, s)",
         "  ROOT x = f16[14] parameter(0)",
+    ),
+    "div_power_of_two": (
+        "(x: f32[14], y: bf16[14], z: f64[]) -> (f32[14], bf16[14], f64[])",
+        "  x = f32[14] parameter(0)\n  y = bf16[14] parameter(1)\n  z = f64[] parameter(2)\n"
+        "  c = f32[] constant(8.0)\n  s = f32[14] broadcast_in_dim(c), dims={}\n  a = f32[14] div(x, s)\n"
+        "  d = bf16[] constant(-0.25)\n  t = bf16[14] broadcast_in_dim(d), dims={}\n  b = bf16[14] div(y, t)\n"
+        "  e = f64[] constant(1.1754943508222875e-38)\n  w = f64[] div(z, e)\n"
+        "  ROOT r = (f32[14], bf16[14], f64[]) tuple(a, b, w)",
+        "  x = f32[14] parameter(0)\n  y = bf16[14] parameter(1)\n  z = f64[] parameter(2)\n"
+        "  constant.0 = f32[] constant(0.125)\n"
+        "  broadcast_in_dim.1 = f32[14] broadcast_in_dim(constant.0), dims={}\n"
+        "  a = f32[14] mul(x, broadcast_in_dim.1)\n"
+        "  constant.2 = bf16[] constant(-4.0)\n"
+        "  broadcast_in_dim.3 = bf16[14] broadcast_in_dim(constant.2), dims={}\n"
+        "  b = bf16[14] mul(y, broadcast_in_dim.3)\n"
+        "  constant.4 = f64[] constant(8.507059173023462e+37)\n  w = f64[] mul(z, constant.4)\n"
+        "  ROOT r = (f32[14], bf16[14], f64[]) tuple(a, b, w)",
     ),
     "div_one_int": (
         "(x: s32[8]) -> s32[8]",
@@ -542,6 +560,21 @@ MUST_NOT = {
         "  t = f32[3,2,4] transpose(x), permutation={1,0,2}\n"
         "  ROOT d = f32[3,2,5] dot_general(t, y), contracting={2;0}",
         None,  # without the transpose the result's first two dimensions would swap
+    ),
+    "x_over_three": (
+        "(x: f32[14]) -> f32[14]",
+        X_F32 + splat("f32", "3.0") + "  ROOT r = f32[14] div(x, s)",
+        None,  # 1/3 is not a float: x * (1/3) rounds twice
+    ),
+    "x_over_a_power_of_two_whose_reciprocal_overflows": (
+        "(x: f16[14]) -> f16[14]",
+        "  x = f16[14] parameter(0)\n" + splat("f16", "5.960464477539063e-08") + "  ROOT r = f16[14] div(x, s)",
+        None,  # 1 / 2**-24 is 2**24, past f16's largest finite value
+    ),
+    "int_over_two": (
+        "(x: s32[8]) -> s32[8]",
+        X_S32 + splat("s32", "2", "8") + "  ROOT r = s32[8] div(x, s)",
+        None,  # integer division rounds toward zero: no reciprocal
     ),
     "int_times_minus_one": (
         "(x: s32[8]) -> s32[8]",
