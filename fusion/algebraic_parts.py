@@ -225,19 +225,20 @@ def compose_broadcasts(ctx: Context, inst: Instruction, inner: Instruction) -> R
     return [inst.replace(operands=inner.operands, attrs=(("dims", composed),))]
 
 
+def splat(ctx: Context, value: object, shape: Shape, loc, name: str | None = None) -> list[Instruction]:
+    """A constant `value` of `shape`'s dtype, broadcast to `shape` (the constant alone for a
+    scalar); the last instruction, which holds it, is named `name` (else a fresh name)."""
+    literal = Literal(value, shape.dtype)
+    if shape.rank == 0:
+        return [Instruction(name or ctx.fresh("constant"), Op.CONSTANT, shape, (), (("value", literal),), loc)]
+    scalar = Instruction(ctx.fresh("constant"), Op.CONSTANT, literal.shape, (), (("value", literal),), loc)
+    return [scalar, Instruction(name or ctx.fresh("broadcast_in_dim"), Op.BROADCAST_IN_DIM, shape,
+                                (scalar.name,), (("dims", ()),), loc)]
+
+
 def splat_of_one(ctx: Context, inst: Instruction, match: object) -> Replacement:
     """A constant 1 of the result's dtype, broadcast to the result's shape."""
-    shape: Shape = inst.shape
-    one_ = Literal(1, shape.dtype)
-    if shape.rank == 0:
-        return [Instruction(inst.name, Op.CONSTANT, shape, (), (("value", one_),), inst.loc)]
-    scalar = Instruction(
-        ctx.fresh("constant"), Op.CONSTANT, one_.shape, (), (("value", one_),), inst.loc
-    )
-    broadcast = Instruction(
-        inst.name, Op.BROADCAST_IN_DIM, shape, (scalar.name,), (("dims", ()),), inst.loc
-    )
-    return [scalar, broadcast]
+    return splat(ctx, 1, inst.shape, inst.loc, inst.name)
 
 
 def power_of_two_divisor(ctx: Context, inst: Instruction) -> float | None:
@@ -258,13 +259,6 @@ def power_of_two_divisor(ctx: Context, inst: Instruction) -> float | None:
 
 def multiply_by_reciprocal(ctx: Context, inst: Instruction, reciprocal: float) -> Replacement:
     """`x * (1/c)`, the reciprocal a splat of the result's dtype."""
-    shape: Shape = inst.shape
-    value = Literal(reciprocal, shape.dtype)
-    scalar = Instruction(ctx.fresh("constant"), Op.CONSTANT, value.shape, (), (("value", value),), inst.loc)
-    operand = scalar
-    extra = [scalar]
-    if shape.rank:
-        operand = Instruction(ctx.fresh("broadcast_in_dim"), Op.BROADCAST_IN_DIM, shape, (scalar.name,),
-                              (("dims", ()),), inst.loc)
-        extra.append(operand)
-    return [*extra, Instruction(inst.name, Op.MUL, shape, (inst.operands[0], operand.name), (), inst.loc)]
+    operand = splat(ctx, reciprocal, inst.shape, inst.loc)
+    return [*operand, Instruction(inst.name, Op.MUL, inst.shape, (inst.operands[0], operand[-1].name), (),
+                                  inst.loc)]

@@ -98,8 +98,12 @@ def single_threaded():
         with _lock:
             _depth -= 1
             if _depth == 0:
-                for (_, set_), count in zip(controls(), _saved):
-                    set_(count)
+                _restore()
+
+
+def _restore() -> None:
+    for (_, set_), count in zip(controls(), _saved):
+        set_(count)
 
 
 def _after_fork_in_child() -> None:
@@ -109,8 +113,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     if _depth:
         _depth = 0
-        for (_, set_), count in zip(controls(), _saved):
-            set_(count)
+        _restore()
 
 
 if hasattr(os, "register_at_fork"):

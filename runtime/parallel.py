@@ -65,6 +65,15 @@ class _Pending:
             raise error
 
 
+def _run(fn: Callable, args: tuple) -> BaseException | None:
+    """Runs a chunk; what it raised, for its caller to raise (`_Pending.result`)."""
+    try:
+        fn(*args)
+    except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+        return e
+    return None
+
+
 class _Pool:
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -81,11 +90,7 @@ class _Pool:
             if task is None:
                 return
             fn, args, done = task
-            error = None
-            try:
-                fn(*args)
-            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-                error = e
+            error = _run(fn, args)
             # the chunk's closure holds the caller's arrays (its output buffer among them):
             # let go of it before the caller hears the chunk is done, so the buffer can be
             # reused at once (not only when the next chunk arrives)
@@ -101,12 +106,7 @@ class _Pool:
                 return _Pending(done)
         # a caller that took this pool just before a new thread count retired it: its threads
         # are leaving, so the chunk runs here
-        try:
-            fn(*args)
-        except BaseException as e:  # noqa: BLE001 - raised by result()
-            done.put(e)
-        else:
-            done.put(None)
+        done.put(_run(fn, args))
         return _Pending(done)
 
     def shutdown(self) -> None:

@@ -180,6 +180,7 @@ class Writer:
         first_tiled = len(dims) - 1 if tiled else len(dims) + 1
         for level, (n, d) in enumerate(zip(names, dims), start=1):
             lo, hi = ("row_start", "row_end") if level == 1 else ("0", str(d))
+            bounds = f"{lo}, {hi}" if level == 1 else hi
             if level == first_tiled:  # the block loops of both tiled levels
                 self.add(indent, f"for {n}_t in range({lo}, {hi}, {TILE}):")
                 self.add(indent + 1, f"for {names[-1]}_t in range(0, {dims[-1]}, {TILE}):")
@@ -187,7 +188,7 @@ class Writer:
             if level >= first_tiled:
                 self.add(indent, f"for {n} in range({n}_t, min({n}_t + {TILE}, {hi})):")
             else:
-                self.add(indent, f"for {n} in range({'row_start, row_end' if level == 1 else d}):")
+                self.add(indent, f"for {n} in range({bounds}):")
             indent += 1
             for s in self.statements(level):
                 self.add(indent, s)

@@ -21,14 +21,14 @@ def _json(name: str, value: object) -> object:
 
 
 def library_step_of(fn: str, attrs: dict, inst: Instruction, common: dict) -> dict:
-    """A library step running `fn` with `attrs` (JSON values) for `inst`'s one array result."""
+    """A library step running `fn` with `attrs` (JSON values) for `inst`; a tuple result is one
+    packed value."""
+    shapes = list(inst.shape.elements) if isinstance(inst.shape, TupleShape) else [inst.shape]
     return {"op": "library", **common, "fn": fn, "attrs": attrs, "label": str(inst.op),
-            "specs": [[list(inst.shape.dims), inst.shape.dtype.numpy.name]]}
+            "specs": [[list(s.dims), s.dtype.numpy.name] for s in shapes]}
 
 
 def library_step(inst: Instruction, common: dict) -> dict:
-    """The step computing `inst` (one of LIBRARY_OPS); a tuple result is one packed value."""
-    shapes = list(inst.shape.elements) if isinstance(inst.shape, TupleShape) else [inst.shape]
+    """The step computing `inst` (one of LIBRARY_OPS) with its own attributes."""
     attrs = {name: _json(name, value) for name, value in inst.attrs}
-    return {"op": "library", **common, "fn": inst.op.value, "attrs": attrs, "label": str(inst.op),
-            "specs": [[list(s.dims), s.dtype.numpy.name] for s in shapes]}
+    return library_step_of(inst.op.value, attrs, inst, common)

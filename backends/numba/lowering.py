@@ -178,9 +178,8 @@ def _fill(module: Module, comp: Computation, inst: Instruction) -> dict | None:
     if isinstance(inst.shape, TupleShape) or len(inst.operands) != 1:
         return None
     broadcast = inst
-    if inst.op is Op.FUSION:
-        called = inline_calls(module, module[inst.attr("calls")])
-        work = [i for i in called.instructions if i.op is not Op.PARAMETER]
+    if inst.op is Op.FUSION:  # a body holding a call holds more than the broadcast: no inlining
+        work = [i for i in module[inst.attr("calls")].instructions if i.op is not Op.PARAMETER]
         if len(work) != 1:
             return None
         broadcast = work[0]
