@@ -5,9 +5,12 @@ backend's AOT form) is deserialized by jax, with the same signature checks.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from xfuse.runtime.artifact import ArtifactError, Loaded, read
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 def load(path) -> Loaded:
@@ -38,6 +41,8 @@ class ExportedLoaded(Loaded):
 
     def call_async(self, *args, **kwargs) -> Future:
         """A `concurrent.futures.Future` of the result (jax dispatches asynchronously itself)."""
+        from concurrent.futures import Future
+
         from xfuse.runtime.artifact import unflatten
 
         future: Future = Future()

@@ -11,8 +11,8 @@ Imports numpy and the standard library only.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -21,10 +21,10 @@ from .plan import make_plan
 from .pool import MIN_BYTES, POOL
 
 
-@dataclass(frozen=True)
-class BufferSpec:
-    shape: tuple[int, ...]
-    dtype: np.dtype
+# The records here are named tuples and plain classes, not dataclasses: a dataclass costs about
+# a millisecond to define, and a loaded artifact's start-up pays for every record it imports.
+class BufferSpec(namedtuple("BufferSpec", "shape dtype")):
+    __slots__ = ()
 
     @property
     def nbytes(self) -> int:
@@ -38,40 +38,37 @@ class KernelError(RuntimeError):
     """A step failed; names the step (the kernel and its fusion)."""
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(namedtuple("Step", "name kind run inputs outputs out_specs label in_place scratch_bytes element",
+                      defaults=((), "", False, 0, None))):
     """One unit of work. `run(inputs, outputs)` fills `outputs` (kernels, BLAS, copies);
-    an alias step's `run(inputs)` returns its outputs instead (views, no work)."""
+    an alias step's `run(inputs)` returns its outputs instead (views, no work).
 
-    name: str
-    kind: str  # "kernel", "blas", "copy", "alias"
-    run: Callable
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    out_specs: tuple[BufferSpec, ...] = ()
-    label: str = ""  # what the step computes, for errors and reports
-    in_place: bool = False  # reads each input only at the index it writes: may reuse one
-    scratch_bytes: int = 0  # working memory the step allocates for itself while it runs
-    element: int | None = None  # alias steps: -1 makes a tuple of the inputs, k takes element k
+    name; kind: "kernel", "blas", "copy" or "alias"; run; inputs and outputs (value slots);
+    out_specs (BufferSpec each); label: what the step computes, for errors and reports;
+    in_place: reads each input only at the index it writes, so may reuse one; scratch_bytes:
+    working memory the step allocates for itself while it runs; element: alias steps, -1
+    makes a tuple of the inputs, k takes element k."""
+
+    __slots__ = ()
 
     def failed(self, error: BaseException) -> KernelError:
         return KernelError(f"{self.name} ({self.label or self.kind}) failed: {type(error).__name__}: {error}")
 
 
-@dataclass
 class Executable:
-    """Values 0..n-1: parameters first, then what the steps produce; `results` are returned."""
+    """Values 0..n-1: parameters first, then what the steps produce; `results` are returned.
+    `kernel_sources`: step name -> source; `donated`: parameter positions whose buffers may be
+    reused."""
 
-    params: list[int]
-    results: list[int]
-    steps: list[Step]
-    constants: dict[int, np.ndarray] = field(default_factory=dict)
-    n_values: int = 0
-    kernel_sources: dict[str, str] = field(default_factory=dict)  # step name -> source
-    param_specs: list[BufferSpec] = field(default_factory=list)
-    donated: frozenset[int] = frozenset()  # parameter positions whose buffers may be reused
-
-    def __post_init__(self) -> None:
+    def __init__(self, params: list[int], results: list[int], steps: list[Step],
+                 constants: dict[int, np.ndarray] | None = None, n_values: int = 0,
+                 kernel_sources: dict[str, str] | None = None, param_specs: list[BufferSpec] | None = None,
+                 donated: frozenset[int] = frozenset()) -> None:
+        self.params, self.results, self.steps, self.n_values = params, results, steps, n_values
+        self.constants = {} if constants is None else constants
+        self.kernel_sources = {} if kernel_sources is None else kernel_sources
+        self.param_specs = [] if param_specs is None else param_specs
+        self.donated = donated
         self.pool = POOL
         self.plan = make_plan(self, self.donated)
         # Results that may be an argument or constant itself, or a view of one (through alias
@@ -208,16 +205,14 @@ class Executable:
                            p.unplanned_bytes)
 
 
-@dataclass(frozen=True)
-class MemoryStats:
-    """Bytes, in the fields of jax's `compiled.memory_analysis()`."""
+class MemoryStats(namedtuple("MemoryStats", "argument_size_in_bytes output_size_in_bytes alias_size_in_bytes "
+                             "temp_size_in_bytes generated_code_size_in_bytes temp_size_unplanned_in_bytes")):
+    """Bytes, in the fields of jax's `compiled.memory_analysis()`. alias: donated argument
+    bytes reused for outputs; temp: the arena of planned temporaries plus the largest step
+    scratch; generated code: of the kernels' source text; temp unplanned: the temporaries
+    one buffer each."""
 
-    argument_size_in_bytes: int
-    output_size_in_bytes: int
-    alias_size_in_bytes: int  # donated argument bytes reused for outputs
-    temp_size_in_bytes: int  # the arena of planned temporaries plus the largest step scratch
-    generated_code_size_in_bytes: int  # of the kernels' source text
-    temp_size_unplanned_in_bytes: int  # the temporaries one buffer each
+    __slots__ = ()
 
 
 def _arena_view(offset: int, nbytes: int, shape, dtype) -> Callable:

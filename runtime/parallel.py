@@ -15,8 +15,8 @@ are not in it). Imports the standard library only.
 from __future__ import annotations
 
 import os
-import queue
 import threading
+from _queue import SimpleQueue  # queue.SimpleQueue, without the rest of queue (heapq) to import
 from collections.abc import Callable
 
 _lock = threading.Lock()
@@ -56,7 +56,7 @@ class _Pending:
 
     __slots__ = ("_done",)
 
-    def __init__(self, done: queue.SimpleQueue) -> None:
+    def __init__(self, done: SimpleQueue) -> None:
         self._done = done
 
     def result(self) -> None:
@@ -77,7 +77,7 @@ def _run(fn: Callable, args: tuple) -> BaseException | None:
 class _Pool:
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._tasks: SimpleQueue = SimpleQueue()
         self._closed = False
         self._lock = threading.Lock()
         for i in range(workers):
@@ -99,7 +99,7 @@ class _Pool:
             done = error = None
 
     def submit(self, fn: Callable, *args) -> _Pending:
-        done: queue.SimpleQueue = queue.SimpleQueue()
+        done: SimpleQueue = SimpleQueue()
         with self._lock:
             if not self._closed:
                 self._tasks.put((fn, args, done))

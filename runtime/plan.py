@@ -12,24 +12,22 @@ by decreasing size, 64-byte aligned. Standard library only (the plan is numbers)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 ALIGN = 64
 
 
-@dataclass
 class BufferPlan:
     """offsets[(step, k)]: byte offset of step's k-th output in the arena; in_place[(step, k)]:
     the value slot whose buffer that output reuses instead (a dead input or donated argument)."""
 
-    offsets: dict[tuple[int, int], int] = field(default_factory=dict)
-    in_place: dict[tuple[int, int], int] = field(default_factory=dict)
-    arena_bytes: int = 0
-    argument_bytes: int = 0
-    output_bytes: int = 0
-    alias_bytes: int = 0  # donated argument bytes reused for outputs
-    scratch_bytes: int = 0  # the largest working buffer a step allocates for itself
-    unplanned_bytes: int = 0  # what the temporaries would take without sharing
+    def __init__(self, argument_bytes: int = 0) -> None:
+        self.offsets: dict[tuple[int, int], int] = {}
+        self.in_place: dict[tuple[int, int], int] = {}
+        self.arena_bytes = 0
+        self.argument_bytes = argument_bytes
+        self.output_bytes = 0
+        self.alias_bytes = 0  # donated argument bytes reused for outputs
+        self.scratch_bytes = 0  # the largest working buffer a step allocates for itself
+        self.unplanned_bytes = 0  # what the temporaries would take without sharing
 
     @property
     def temp_bytes(self) -> int:

@@ -23,7 +23,6 @@ Imports numpy and the standard library only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,14 +64,14 @@ def spec(entry) -> BufferSpec:
     return BufferSpec(tuple(dims), dtype(name))
 
 
-@dataclass
 class Kernel:
-    """A compiled kernel function and what to do after its first call (or None)."""
+    """A compiled kernel function and what to do after its first call (or None). `pointers`:
+    fn takes data pointers (a C kernel), so a scalar needs no reshape to one element."""
 
-    fn: Callable
-    settle: Callable | None = None
-    # fn takes data pointers (a C kernel): a scalar needs no reshape to one element
-    pointers: bool = False
+    __slots__ = ("fn", "settle", "pointers")
+
+    def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False) -> None:
+        self.fn, self.settle, self.pointers = fn, settle, pointers
 
 
 # ---------------------------------------------------------------------------- dots

@@ -120,6 +120,29 @@ def test_artifact_runs_where_jax_and_numba_cannot_be_imported(saved, tmp_path) -
         assert_same({k: out[k] for k in out}, jit_result)
 
 
+def test_loading_and_calling_imports_nothing_heavy_beyond_numpy(saved) -> None:
+    """Start-up beyond numpy is import, load and first call: the modules the loader brings in
+    are those it needs (json, the runtime), not the stdlib's slower ones (each a millisecond
+    or more to import or, for dataclasses, to use)."""
+    path, args, _, _ = saved["softmax_relu"]
+    heavy = ("dataclasses", "queue", "concurrent", "asyncio", "tempfile", "subprocess", "pathlib",
+             "typing", "inspect", "hashlib", "jax", "jaxlib", "numba", "llvmlite")
+    code = BLOCKER + textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        before = set(sys.modules)
+        args = [np.zeros(s, np.float32) for s in {[a.shape for a in args]!r}]
+        import xfuse.aot
+        xfuse.aot.load({str(path)!r})(*args)
+        print("new:", " ".join(sorted(set(sys.modules) - before)))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    new = done.stdout.split("new:", 1)[1].split()
+    assert "xfuse.runtime.artifact" in new
+    assert [m for m in new if m.split(".")[0] in heavy] == []
+
+
 def test_cli_compile_run_inspect(tmp_path) -> None:
     (tmp_path / "model.py").write_text("import jax\n\ndef mlp(x, w, b):\n"
                                        "    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)\n")
