@@ -120,13 +120,51 @@ def parse(data: bytes, where: str = "artifact") -> tuple[dict, memoryview]:
     return manifest, body[length:]
 
 
-def cpu_features() -> set[str]:
-    """This CPU's features, in numpy's names."""
+def _numpy_features() -> dict[str, bool]:
+    """numpy's CPU feature detection: name -> present, for the names this numpy knows."""
     try:
         from numpy._core._multiarray_umath import __cpu_features__
     except ImportError:  # numpy < 2
         from numpy.core._multiarray_umath import __cpu_features__
-    return {name for name, present in __cpu_features__.items() if present}
+    return dict(__cpu_features__)
+
+
+def cpu_features() -> set[str]:
+    """This CPU's features, in numpy's names."""
+    return {name for name, present in _numpy_features().items() if present}
+
+
+# Features an artifact may name that an older numpy does not know (numpy 2.0 has no BMI, BMI2,
+# LZCNT or MOVBE), as Linux's /proc/cpuinfo names them (x86 reports lzcnt as "abm").
+_CPUINFO_FLAGS = {"BMI": "bmi1", "BMI2": "bmi2", "LZCNT": "abm", "MOVBE": "movbe", "FMA3": "fma",
+                  "SSE41": "sse4_1", "SSE42": "sse4_2", "SSE3": "pni"}
+
+
+def _cpuinfo_flags() -> set[str] | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def missing_features(wanted) -> list[str]:
+    """Those of `wanted` (numpy's names) this CPU lacks. numpy decides for the features it
+    knows; the others are looked up in /proc/cpuinfo where there is one, else taken as present
+    (nothing here can tell), so a loader with an older numpy does not refuse a CPU that has
+    them."""
+    known = _numpy_features()
+    flags = _cpuinfo_flags() if any(name not in known for name in wanted) else None
+
+    def present(name: str) -> bool:
+        if name in known:
+            return known[name]
+        return flags is None or _CPUINFO_FLAGS.get(name, name.lower()) in flags
+
+    return sorted(name for name in wanted if not present(name))
 
 
 def host_platform() -> dict:
@@ -141,7 +179,7 @@ def check_target(manifest: dict, where: str) -> None:
         if wanted is not None and wanted != host[key]:
             raise ArtifactError(f"{where}: built for {target.get('system')}/{target.get('machine')}, "
                                 f"this is {host['system']}/{host['machine']}")
-    missing = sorted(set(target.get("features", ())) - cpu_features())
+    missing = missing_features(target.get("features", ()))
     if missing:
         raise ArtifactError(f"{where}: built for CPU features this CPU lacks: {', '.join(missing)} "
                             f"(target {target.get('cpu', '?')}); rebuild it with an older target, "

@@ -216,6 +216,23 @@ def test_a_cpu_without_the_features_or_another_machine_is_refused(saved, tmp_pat
         xfuse.aot.load(other)
 
 
+def test_features_an_older_numpy_does_not_know_are_read_from_the_kernel(saved, monkeypatch) -> None:
+    """numpy 2.0 knows no BMI, BMI2, LZCNT or MOVBE: a loader with it must not refuse a CPU
+    that has them (it did), nor accept one that lacks them where /proc/cpuinfo can tell."""
+    newer = {"BMI", "BMI2", "LZCNT", "MOVBE"}
+    as_numpy_2_0 = {k: v for k, v in artifact._numpy_features().items() if k not in newer}
+    monkeypatch.setattr(artifact, "_numpy_features", lambda: as_numpy_2_0)
+    path, args, jit_result, _ = saved["softmax_relu"]
+    assert_same(xfuse.aot.load(path)(*args), jit_result)  # built for this CPU: it has them all
+
+    monkeypatch.setattr(artifact, "_numpy_features", lambda: {"AVX2": True, "FMA3": False})
+    monkeypatch.setattr(artifact, "_cpuinfo_flags", lambda: {"avx2", "bmi1", "bmi2", "movbe"})
+    assert artifact.missing_features(["AVX2", "BMI", "BMI2", "MOVBE"]) == []
+    assert artifact.missing_features(["AVX2", "FMA3", "LZCNT", "AVX512FP16"]) == ["AVX512FP16", "FMA3", "LZCNT"]
+    monkeypatch.setattr(artifact, "_cpuinfo_flags", lambda: None)  # nothing to ask: numpy decides
+    assert artifact.missing_features(["FMA3", "LZCNT"]) == ["FMA3"]
+
+
 def test_a_program_naming_a_missing_kernel_is_an_error_not_a_crash(saved, tmp_path) -> None:
     path = saved["softmax_relu"][0]
 
