@@ -172,6 +172,39 @@ def test_cli_compile_run_inspect(tmp_path) -> None:
     assert foreign.returncode == 2 and "not an xfuse artifact" in foreign.stderr
 
 
+def test_cli_emit_c_writes_a_library_and_header_a_caller_can_use(tmp_path) -> None:
+    """`xfuse aot compile ... --emit-c DIR` (tfcompile's C interface): the header declares the
+    entry, and a process with numpy alone calls the library's entry through ctypes."""
+    (tmp_path / "model.py").write_text("import jax\n\ndef mlp(x, w, b):\n"
+                                       "    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)\n")
+    made = subprocess.run([sys.executable, "-m", "xfuse", "aot", "compile", f"{tmp_path / 'model.py'}:mlp",
+                           "--arg", "f32[8,16]", "--arg", "f32[16,32]", "--arg", "f32[32]",
+                           "--emit-c", str(tmp_path / "c"), "--name", "mlp"],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    header, library = tmp_path / "c" / "mlp.h", next((tmp_path / "c").glob("*mlp*.so"))
+    assert "mlp_run(" in header.read_text()
+    x, w, b = f32(8, 16), f32(16, 32), f32(32)
+    np.savez(tmp_path / "in.npz", x=x, w=w, b=b)
+    code = BLOCKER + textwrap.dedent(f"""
+        import ctypes
+        import numpy as np
+        d = np.load({str(tmp_path / 'in.npz')!r})
+        args = [np.ascontiguousarray(d[k]) for k in ("x", "w", "b")]
+        out = np.full((8, 32), np.nan, np.float32)
+        run = ctypes.CDLL({str(library)!r}).mlp_run
+        run.restype = ctypes.c_int
+        status = run((ctypes.c_void_p * 3)(*[a.ctypes.data for a in args]),
+                     (ctypes.c_void_p * 1)(out.ctypes.data))
+        np.save({str(tmp_path / 'out.npy')!r}, out)
+        print("status", status)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "status 0" in done.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), softmax_relu(x, w, b), rtol=2e-5, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------- damage
 def repack(path: Path, change) -> bytes:
     """The artifact at `path` with its manifest changed by `change`, checksum made valid."""
