@@ -136,8 +136,7 @@ def cpu_features() -> set[str]:
 
 # Features an artifact may name that an older numpy does not know (numpy 2.0 has no BMI, BMI2,
 # LZCNT or MOVBE), as Linux's /proc/cpuinfo names them (x86 reports lzcnt as "abm").
-_CPUINFO_FLAGS = {"BMI": "bmi1", "BMI2": "bmi2", "LZCNT": "abm", "MOVBE": "movbe", "FMA3": "fma",
-                  "SSE41": "sse4_1", "SSE42": "sse4_2", "SSE3": "pni"}
+_CPUINFO_FLAGS = {"BMI": "bmi1", "BMI2": "bmi2", "LZCNT": "abm", "MOVBE": "movbe"}
 
 
 def _cpuinfo_flags() -> set[str] | None:
