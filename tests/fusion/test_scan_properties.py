@@ -2,7 +2,8 @@
 program run step by step (`Fuse(scan=False)`), whose kernels compute every value with the same
 emitter, so the two must agree bit for bit; NaN, infinities, -0.0 and integer wraparound
 included. Shapes run from no element through scalars to several blocks; cells have one to
-three carries, zero to two xs and ys, forward or reverse, and read the step counter."""
+three carries (the first recurrent), zero to two xs and ys, forward or reverse, and read the
+step counter."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def scan_source(r: random.Random, dtype: str, carries: int, xs: int, ys: int, re
     counter = f"t.astype(jnp.{dtype})"
     leaves = [f"c{k}" for k in range(carries)] + [f"x{k}" for k in range(xs)] + [counter]
     new = [expression(r, leaves, ops, 3) for _ in range(carries)]
+    # Carry 0 recurs: an op of itself and of values without it (so nothing cancels). A scan
+    # whose carries all pass through or take loop-invariant values leaves licm nothing to keep
+    # in the loop, and so no scan to fuse.
+    new[0] = r.choice(ops).format(a="c0", b=expression(r, [x for x in leaves if x != "c0"], ops, 2))
     out = [expression(r, leaves, ops, 2) for _ in range(ys)]
     args = ", ".join([f"h{k}" for k in range(carries)] + [f"xs{k}" for k in range(xs)])
     lines = [
