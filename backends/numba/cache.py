@@ -44,8 +44,8 @@ from xfuse.backends import CacheWarning, cache_root  # shared with the C backend
 FORMAT = 1
 _HERE = Path(__file__).resolve().parent
 # The modules whose code a kernel inlines or whose text shapes the kernel.
-_KEYED_SOURCES = ("compile.py", "scalar.py", "rows.py", "mathlib/__init__.py", "mathlib/core.py",
-                  "mathlib/f32.py", "mathlib/f64.py")
+_KEYED_SOURCES = ("compile.py", "pipeline.py", "scalar.py", "rows.py", "mathlib/__init__.py",
+                  "mathlib/core.py", "mathlib/f32.py", "mathlib/f64.py")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import cache, mathlib, rows, scalar
 from .kernels import KernelSource
+from .pipeline import KernelCompiler
 
 HEADER = "import numpy as np\n\n"
 
@@ -103,7 +104,8 @@ def compile_kernel(source: KernelSource):
                                 "compiling without caching", cache.CacheWarning, stacklevel=2)
             entry = None
         else:
-            fn = numba.njit(error_model="numpy", nogil=True, cache=True)(ns[source.name])
+            fn = numba.njit(error_model="numpy", nogil=True, cache=True,
+                            pipeline_class=KernelCompiler)(ns[source.name])
             fn._xfuse_entry = entry
             _save_or_warn(fn, entry)
             return fn
@@ -112,7 +114,8 @@ def compile_kernel(source: KernelSource):
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     ns = namespace(source)
     exec(compile(text, filename, "exec"), ns)
-    return numba.njit(error_model="numpy", nogil=True, cache=False)(ns[source.name])
+    return numba.njit(error_model="numpy", nogil=True, cache=False,
+                      pipeline_class=KernelCompiler)(ns[source.name])
 
 
 def _save_or_warn(fn, entry) -> None:

@@ -1,0 +1,63 @@
+"""The pipeline generated kernels compile with (`backends/numba/pipeline.py`): their loops
+interleave vector iterations where LLVM allows resetting its option, and the option does not
+leak into code compiled afterwards (the hand-written helpers keep LLVM's own choice)."""
+
+from __future__ import annotations
+
+import re
+
+import numba
+import numpy as np
+
+from xfuse.backends.numba import pipeline
+from xfuse.backends.numba.compile import compile_kernel, settle
+from xfuse.backends.numba.kernels import KernelSource
+
+SOURCE = """
+def k_scale_shift(row_start, row_end, p0, out0):
+    for i0 in range(row_start, row_end):
+        out0[i0] = np.float32(p0[i0] * np.float32(1.5) + np.float32(0.5))
+"""
+
+
+def scale_shift(row_start, row_end, p0, out0):
+    for i0 in range(row_start, row_end):
+        out0[i0] = np.float32(p0[i0] * np.float32(1.5) + np.float32(0.5))
+
+
+def vector_multiplies(dispatcher) -> int:
+    """The 8-float multiplies in the machine code: one per vector iteration of the loop."""
+    (signature,) = dispatcher.signatures
+    return len(re.findall(r"vmulps\s[^\n]*%ymm", dispatcher.inspect_asm(signature)))
+
+
+def plain(fn):
+    return numba.njit(error_model="numpy", nogil=True, cache=False)(fn)
+
+
+def test_kernel_loops_interleave_and_the_option_stays_with_them():
+    x = np.linspace(-4, 4, 1000, dtype=np.float32)
+    before = plain(scale_shift)
+    out_before = np.empty_like(x)
+    before(0, x.size, x, out_before)
+
+    source = KernelSource(name="k_scale_shift", source=SOURCE, globals={}, params=["p0"],
+                          outputs=[], parallel=False, kind="loop")
+    kernel = compile_kernel(source)
+    out = np.empty_like(x)
+    kernel(0, x.size, x, out)
+    settle(kernel)
+    np.testing.assert_array_equal(out, x * np.float32(1.5) + np.float32(0.5))
+
+    after = plain(scale_shift)
+    out_after = np.empty_like(x)
+    after(0, x.size, x, out_after)
+    np.testing.assert_array_equal(out_after, out_before)
+
+    base = vector_multiplies(before)
+    assert base >= 1  # AVX2 vectorises the plain loop (the CPUs this project runs on have it)
+    assert vector_multiplies(after) == base  # compiled after a kernel: LLVM's own choice again
+    if pipeline.INTERLEAVE:
+        assert vector_multiplies(kernel) >= base + pipeline.INTERLEAVE - 1
+    else:  # LLVM before 15: numba's default pipeline
+        assert vector_multiplies(kernel) == base
