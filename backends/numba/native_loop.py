@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -144,6 +145,15 @@ def put_window(target, update, starts, target_dims, update_dims):
         base = row * inner
         for j in range(inner):
             target[offset + j] = update[base + j]
+
+
+def _contiguous(dims, update_dims) -> bool:
+    """Whether a window of `update_dims` is one run of a C-ordered array of `dims` wherever it
+    starts: ones, then at most one partial axis, then whole axes (a scan's step of its stack)."""
+    for j, u in enumerate(update_dims):
+        if u != 1:
+            return all(v == d for v, d in zip(update_dims[j + 1:], dims[j + 1:]))
+    return True
 
 
 def _eligible_program(program: dict) -> bool:
@@ -332,6 +342,13 @@ class _Writer:
         for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
             self.emit(indent, f"{out}_st{j} = min(max(np.int64({values[name]}), 0), {d - u})")
         self.emit(indent, f"{out} = s{k}")
+        if _contiguous(dims, update_dims):  # one run of the flat buffer: copied in place
+            strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
+            at = " + ".join(f"{out}_st{j} * {stride}" for j, stride in enumerate(strides)) or "0"
+            self.emit(indent, f"{out}_to, {out}_from, {out}_at = {out}.reshape(-1), {source}.reshape(-1), {at}")
+            self.emit(indent, f"for {out}_j in range({math.prod(update_dims)}):")
+            self.emit(indent + "    ", f"{out}_to[np.uint64({out}_at + {out}_j)] = {out}_from[np.uint64({out}_j)]")
+            return
         starts_text = ", ".join(f"{out}_st{j}" for j in range(len(starts)))
         self.emit(indent, f"put_window({out}.reshape(-1), {source}.reshape(-1), np.array([{starts_text}]), "
                           f"{tuple(dims)}, {tuple(update_dims)})")

@@ -17,7 +17,7 @@ from tests.runtime.test_control import passing_loop
 from xfuse.backends.numba.backend import compile_module
 from xfuse.backends.numba.compile import compile_kernel, settle
 from xfuse.backends.numba.lowering import lower
-from xfuse.backends.numba.native_loop import eligible, native_loops
+from xfuse.backends.numba.native_loop import _contiguous, eligible, native_loops
 from xfuse.frontend import trace
 from xfuse.fusion import Fuse, parse_pipeline, run_pipeline
 from xfuse.hlo import interpret
@@ -124,7 +124,8 @@ def test_a_scanned_rnn_runs_natively_writing_each_step_in_place():
     assert source.count("small_matmul_t(") == 1  # h @ wh; x_t @ wx was hoisted out of the loop
     # The stack is the loop's own copy (made before the call), written a window a step; the
     # invariant wh is transposed before the call too, so numba compiles neither.
-    assert driver.fn.driver.owned and "put_window(" in source
+    # The step's window is one run of the stack: a copy loop in the driver, no put_window.
+    assert driver.fn.driver.owned and "put_window(" not in source and "_to[np.uint64(" in source
     assert driver.fn.driver.transposed and ".copy()" not in source and ".T" not in source
     run = compile_module(module)
     want = jax.tree_util.tree_leaves(jax.jit(rnn)(*args))
@@ -132,6 +133,60 @@ def test_a_scanned_rnn_runs_natively_writing_each_step_in_place():
         got = run([np.copy(a) for a in args])
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("dims, update, expected", [
+    ((128, 16, 256), (1, 16, 256), True), ((5, 3), (1, 3), True), ((5, 3), (5, 3), True),
+    ((5, 3), (1, 1), True), ((4, 6, 2), (1, 3, 2), True), ((5, 3), (5, 1), False),
+    ((4, 6, 2), (2, 6, 1), False), ((4, 6, 2), (1, 3, 1), False),
+])
+def test_which_windows_are_one_run_of_the_buffer(dims, update, expected):
+    assert _contiguous(dims, update) is expected
+
+
+def test_a_column_window_goes_through_put_window():
+    """A window that is not one run of the buffer (a column a step) is written by put_window."""
+    import jax
+
+    def columns(m):
+        def body(i, m):
+            column = jnp.full((m.shape[0], 1), i.astype(m.dtype) * 2 + 1)
+            return lax.dynamic_update_slice(m, column, (0, i))
+
+        return lax.fori_loop(0, m.shape[1], body, m)
+
+    m = np.arange(12, dtype=np.float32).reshape(4, 3)
+    module = traced(columns, m)
+    _, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert "put_window(" in driver.fn.source and "_to[np.uint64(" not in driver.fn.source
+    run = compile_module(module)
+    for _ in range(2):
+        (got,) = run([m.copy()])
+        np.testing.assert_array_equal(got, jax.jit(columns)(m))
+
+
+def test_a_window_across_a_partial_axis_is_copied_as_one_run():
+    """A (1, 3, 2) block of a (4, 6, 2) buffer starts anywhere along the middle axis, clamped
+    into range as XLA clamps it (a start of 5 writes rows 3 to 5)."""
+    import jax
+
+    def blocks(m):
+        def body(i, m):
+            block = jnp.full((1, 3, 2), i.astype(m.dtype) + 0.5)
+            return lax.dynamic_update_slice(m, block, (i, (i % 2) * 5, 0))
+
+        return lax.fori_loop(0, m.shape[0], body, m)
+
+    m = np.arange(48, dtype=np.float32).reshape(4, 6, 2)
+    module = traced(blocks, m)
+    _, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert "put_window(" not in driver.fn.source and "_to[np.uint64(" in driver.fn.source
+    run = compile_module(module)
+    for _ in range(2):
+        (got,) = run([m.copy()])
+        np.testing.assert_array_equal(got, jax.jit(blocks)(m))
 
 
 def test_a_stack_read_in_the_body_is_not_written_in_place():
