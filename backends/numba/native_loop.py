@@ -38,6 +38,7 @@ from xfuse.runtime.program import Kernel, walk
 from . import cache
 from .compile import HEADER, compile_kernel, settle
 from .kernels import write_kernel
+from .pipeline import DriverCompiler
 from .control import kernel_name, part
 
 HALF = ("float16", "bfloat16")
@@ -431,13 +432,13 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
         except (OSError, SyntaxError):
             entry = None
         else:
-            fn = numba.njit(nogil=True, cache=True)(loaded[name])
+            fn = numba.njit(nogil=True, cache=True, pipeline_class=DriverCompiler)(loaded[name])
             fn._xfuse_entry = entry
             return fn
     filename = f"<xfuse-native-loop {name} {_digest(source)[:12]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-    return numba.njit(nogil=True, cache=False)(namespace[name])
+    return numba.njit(nogil=True, cache=False, pipeline_class=DriverCompiler)(namespace[name])
 
 
 def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict | None) -> Callable:

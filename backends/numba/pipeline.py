@@ -1,26 +1,33 @@
-"""The numba pipeline generated kernels compile with: numba's own nopython pipeline, except
-that while LLVM optimises the kernel's own module, its loop vectoriser interleaves
-`INTERLEAVE` vector iterations.
+"""numba pipelines of xfuse's own: numba's nopython pipeline with another lowering pass (the
+pass that lowers to LLVM, optimises and makes machine code).
 
-LLVM's cost model interleaves only small loop bodies. A fused kernel's loop is long (a tanh
-and a logistic are some 60 instructions per eight floats) and each iteration is one long chain
-of dependent instructions, so one vector iteration at a time leaves the cores' out-of-order
-windows short of independent work. Four at a time, the chain `tanh(x) * sigmoid(1.5 x) + 0.5 x`
-on 2^16 floats took 72-75 us against 87-91 us, and a row softmax of 4096x1024 2.0-2.3 ms
-against 2.4-3.0 ms.
+`KernelCompiler`, for generated kernels: while LLVM optimises the kernel's own module, its
+loop vectoriser interleaves `INTERLEAVE` vector iterations. LLVM's cost model interleaves only
+small loop bodies. A fused kernel's loop is long (a tanh and a logistic are some 60
+instructions per eight floats) and each iteration is one long chain of dependent
+instructions, so one vector iteration at a time leaves the cores' out-of-order windows short
+of independent work. Four at a time, the chain `tanh(x) * sigmoid(1.5 x) + 0.5 x` on 2^16
+floats took 75 us against 89 us, and a row softmax of 4096x1024 was 1.22x faster. The option
+is LLVM's (`-force-vector-interleave`), process-wide, so it is set around the kernel's
+lowering pass alone: numba compiles under its global compiler lock, and a kernel's callees
+were compiled before (type inference compiles them). Hand-written helpers keep LLVM's choice:
+forced on the eight accumulators of `native_loop.small_matmul_t`, it spills registers (the
+scanned RNN took 12 ms against 7.3 ms). LLVM before 15 refuses an option given twice, so there
+kernels compile as with numba's own pipeline.
 
-The option is LLVM's (`-force-vector-interleave`), process-wide, so it is set around the
-kernel's lowering pass alone: kernels are lowered under numba's compiler lock, after the
-helpers they call were compiled (type inference compiles callees), so no other code is
-optimised meanwhile. Hand-written helpers keep LLVM's choice: forced on the eight
-accumulators of `native_loop.small_matmul_t`, it spills registers (the scanned RNN took 12 ms
-against 7.3 ms). LLVM before 15 refuses an option given twice, so there the kernels compile
-as numba's default pipeline would.
+`DriverCompiler`, for native loop drivers: the module that links in the kernels (each already
+optimised when it compiled) is not optimised again at numba's `-O3`, only by its cheap pass.
+The driver's own code is still optimised function by function; the kernels stay calls. That
+saved 0.3 s of the scanned RNN's cold compile (2.75-2.85 s against 3.03-3.16 s, its run time
+unchanged) and costs some 25 ns an iteration where bodies are tiny (5000 steps of tanh of a
+4x4 product: 1.48 ms against 1.35 ms). numba before 0.61 builds its pass managers once, ahead,
+and there drivers compile as before.
 """
 
 from __future__ import annotations
 
 import llvmlite.binding as llvm
+from numba.core import config
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import register_pass
 from numba.core.typed_passes import NativeLowering
@@ -48,12 +55,53 @@ class InterleavedLowering(NativeLowering):
             _interleave(0)
 
 
-class KernelCompiler(CompilerBase):
-    """numba's nopython pipeline with `InterleavedLowering` in place of its lowering."""
+class _OwnLowering(CompilerBase):
+    """numba's nopython pipeline with `lowering` in place of its lowering pass."""
+
+    lowering = NativeLowering
 
     def define_pipelines(self):
         pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
-        pm.passes = [(InterleavedLowering if cls is NativeLowering else cls, text)
+        pm.passes = [(self.lowering if cls is NativeLowering else cls, text)
                      for cls, text in pm.passes]
         pm.finalize()
         return [pm]
+
+
+class KernelCompiler(_OwnLowering):
+    """For generated kernels: their loops interleaved."""
+
+    lowering = InterleavedLowering
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LinkingLowering(NativeLowering):
+    """numba's lowering for a function whose callees were optimised when they compiled: the
+    module that links them in gets numba's full module pass at `-O0`, not `-O3`, which would
+    optimise every callee again."""
+
+    _name = "xfuse_linking_lowering"
+
+    def run_pass(self, state):
+        if state.library is None:  # as numba's own lowering makes it
+            state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
+            state.library.enable_object_caching()
+        library = state.library
+        optimize = library._optimize_final_module
+
+        def cheaply():
+            saved = config.OPT  # numba builds the full pass's manager from it as it runs
+            config.OPT = type(saved)(0)
+            try:
+                optimize()
+            finally:
+                config.OPT = saved
+
+        library._optimize_final_module = cheaply
+        return super().run_pass(state)
+
+
+class DriverCompiler(_OwnLowering):
+    """For native loop drivers: their kernels not optimised again."""
+
+    lowering = LinkingLowering

@@ -61,3 +61,32 @@ def test_kernel_loops_interleave_and_the_option_stays_with_them():
         assert vector_multiplies(kernel) >= base + pipeline.INTERLEAVE - 1
     else:  # LLVM before 15: numba's default pipeline
         assert vector_multiplies(kernel) == base
+
+
+def test_a_loop_driver_compiles_with_the_cheap_final_pass_and_restores_the_level():
+    """A native loop's driver (which links kernels optimised when they compiled) compiles with
+    `DriverCompiler`, and numba's optimisation level is back as it was afterwards."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from numba.core import config
+
+    from tests.backends.test_native_loop import drivers_of, traced
+    from xfuse.backends.numba.backend import compile_module
+    from xfuse.backends.numba.pipeline import DriverCompiler
+
+    w = np.eye(4, dtype=np.float32) * 0.5
+
+    def loop(x):
+        return lax.fori_loop(0, 7, lambda i, c: jnp.tanh(c @ w) + 1.0, x)
+
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
+    module = traced(loop, x)
+    _, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    level = config.OPT
+    (got,) = compile_module(module)([x])  # compiles the driver on its first call
+    assert config.OPT == level and type(config.OPT) is type(level)
+    np.testing.assert_allclose(got, jax.jit(loop)(x), rtol=2e-6, atol=2e-6)
+    cells = dict(zip(driver.fn.__code__.co_freevars, driver.fn.__closure__))
+    assert cells["fn"].cell_contents._compiler.pipeline_class is DriverCompiler
