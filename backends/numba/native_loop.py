@@ -86,11 +86,11 @@ def _matrix_product(d: dict) -> bool:
 
 @numba.njit(nogil=True, error_model="numpy", cache=False, fastmath={"reassoc", "contract"})
 def small_matmul_t(a, bt, out):
-    """out = a @ bt.T, for a right side a loop keeps (transposed once, before the loop): each
-    result is a sum along rows of `a` and `bt`, which vectorises as eight partial sums over a
-    block of four rows by two columns (3x faster than `small_matmul` at 16x256x256). The sums
-    may be reassociated and fused, as BLAS does; NaN, infinities and signed zeros keep IEEE
-    semantics."""
+    """out = a @ bt.T in blocks of four rows by two columns, for a right side a loop keeps
+    (transposed once, before the loop): each result is a sum along rows of `a` and `bt`, which
+    vectorises as eight partial sums over a block (3x faster than `small_matmul` at
+    16x256x256). The sums may be reassociated and fused, as BLAS does; NaN, infinities and
+    signed zeros keep IEEE semantics. `small_matmul_t_rest` computes what the blocks miss."""
     m, k = a.shape
     n = bt.shape[0]
     zero = out.dtype.type(0)
@@ -115,6 +115,17 @@ def small_matmul_t(a, bt, out):
             out[i + 2, j], out[i + 2, j + 1], out[i + 3, j], out[i + 3, j + 1] = c20, c21, c30, c31
             j += 2
         i += 4
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=False, fastmath={"reassoc", "contract"})
+def small_matmul_t_rest(a, bt, out):
+    """The results `small_matmul_t` leaves: the last rows when `a` has not a multiple of four,
+    the last column when `bt` has an odd number of rows. The driver calls it only then, so the
+    common shapes do not compile it (0.1 s)."""
+    m, k = a.shape
+    n = bt.shape[0]
+    zero = out.dtype.type(0)
+    i = m - m % 4
     for r in range(m):
         for c in range(n):
             if r < i and c < n - n % 2:
@@ -308,6 +319,8 @@ class _Writer:
             state = self.invariant[rhs]
             self.transposed.add(state)
             self.emit(indent, f"small_matmul_t({lhs}, t{state}, {out})")
+            if m % 4 or n % 2:
+                self.emit(indent, f"small_matmul_t_rest({lhs}, t{state}, {out})")
         else:
             self.emit(indent, f"small_matmul({lhs}, {rhs}, {out})")
 
@@ -423,7 +436,7 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
     kernel call again), so it goes through the kernel cache when every kernel it calls is
     known by what it computes: the entry's text names them."""
     namespace = {"np": np, "small_matmul": small_matmul, "small_matmul_t": small_matmul_t,
-                 "put_window": put_window, **{key: kernel.fn for key, kernel in used.items()}}
+                 "small_matmul_t_rest": small_matmul_t_rest, "put_window": put_window, **{key: kernel.fn for key, kernel in used.items()}}
     text = HEADER + "".join(f"# {line}\n" for line in identity) + source
     entry = None if any(line.endswith(": None") for line in identity) else cache.open_entry(name, text)
     if entry is not None:

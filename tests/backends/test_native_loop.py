@@ -81,6 +81,7 @@ def test_a_loop_with_a_matrix_product_runs_natively():
     lowered, drivers = drivers_of(module)
     (driver,) = drivers.values()
     assert "small_matmul_t(" in driver.fn.source  # m is invariant: transposed once, before the loop
+    assert "small_matmul_t_rest(" not in driver.fn.source  # 4x4: whole blocks of 4x2
     (got,) = compile_module(module)([m])
     np.testing.assert_allclose(got, np.linalg.matrix_power(m, 3), rtol=1e-5, atol=1e-6)
 
@@ -270,15 +271,22 @@ def test_branches_inside_a_loop_run_natively():
 
 @pytest.mark.parametrize("m, k, n", [(5, 7, 3), (4, 16, 2), (1, 1, 1), (9, 3, 6)])
 def test_small_products_match_numpy_with_special_values(m, k, n):
-    """Both of the driver's own matrix products, at sizes that leave row and column tails."""
-    from xfuse.backends.numba.native_loop import small_matmul, small_matmul_t
+    """Both of the driver's own matrix products, at sizes that leave row and column tails:
+    `small_matmul_t` computes whole blocks of 4x2 results, `small_matmul_t_rest` the rest
+    (called, as the driver calls it, only when there is a rest)."""
+    from xfuse.backends.numba.native_loop import small_matmul, small_matmul_t, small_matmul_t_rest
+
+    def transposed(a, bt, out):
+        small_matmul_t(a, bt, out)
+        if m % 4 or n % 2:
+            small_matmul_t_rest(a, bt, out)
 
     rng = np.random.default_rng(m * 100 + k * 10 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[0, 0], b[-1, -1] = np.nan, np.inf
     want = a.astype(np.float64) @ b.astype(np.float64)
-    for product, rhs in ((small_matmul, b), (small_matmul_t, np.ascontiguousarray(b.T))):
+    for product, rhs in ((small_matmul, b), (transposed, np.ascontiguousarray(b.T))):
         out = np.full((m, n), 7.0, np.float32)
         product(a, rhs, out)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
@@ -295,8 +303,10 @@ def test_a_loop_multiplying_by_an_invariant_matrix_transposes_it_once():
     module = traced(powers, x, m)
     lowered, drivers = drivers_of(module)
     (driver,) = drivers.values()
-    # m (state element 1) is transposed once, before the driver is called.
+    # m (state element 1) is transposed once, before the driver is called; x has 6 rows, so
+    # two are left over from the blocks of four.
     assert "small_matmul_t(" in driver.fn.source and driver.fn.driver.transposed == [1]
+    assert "small_matmul_t_rest(" in driver.fn.source
     got = compile_module(module)([x, m])
     want = jax.tree_util.tree_leaves(jax.jit(powers)(x, m))
     for g, w in zip(got, want):
