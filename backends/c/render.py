@@ -447,6 +447,8 @@ class Renderer:
                 kind = "float"
             elif name == "is_finite":
                 kind = "bool"
+            elif name == "clamp":
+                kind = "int64_t"
             else:
                 kind = args[0][1] if args else None
             return f"scalar_{name}({', '.join(texts)})", kind

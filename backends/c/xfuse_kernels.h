@@ -745,6 +745,11 @@ static inline double xf_fmin_f64(double a, double b) {
 #define scalar_fmax(a, b) _Generic((a), float: xf_fmax_f32, double: xf_fmax_f64)((a), (b))
 #define scalar_fmin(a, b) _Generic((a), float: xf_fmin_f32, double: xf_fmin_f64)((a), (b))
 
+/* An index clamped into [lo, hi] (scalar.clamp): int64, as numba computes indices. */
+static inline int64_t scalar_clamp(int64_t i, int64_t lo, int64_t hi) {
+    return i < lo ? lo : (i > hi ? hi : i);
+}
+
 #define XF_INT_MAX_MIN(suffix, type)                                                      \
     static inline type xf_imax_##suffix(type a, type b) { return a > b ? a : b; }         \
     static inline type xf_imin_##suffix(type a, type b) { return a < b ? a : b; }

@@ -12,11 +12,18 @@ kernel boundary, as XLA:CPU does inside its fusions).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Op, Shape
+
+
+def clamp_text(i: str, lo: int, hi: int, prefix: str = "scalar.") -> str:
+    """The source of `scalar.clamp` of the index expression `i`. The bounds are int64 values, not
+    literals: numba compiles a function called with int literals again for each value."""
+    return f"{prefix}clamp({i}, np.int64({lo}), np.int64({hi}))"
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ class Emitter:
     globals: dict[str, object] = field(default_factory=dict)
     counter: int = 0
     overrides: dict = field(default_factory=dict)  # member name -> fn(index) -> Ix
+    # Loop variables known to lie in [lo, hi) here (a piece of a split loop), and the points
+    # where a concatenate or a pad indexed by a bare loop variable switches what it reads.
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    cuts: dict[str, set[int]] = field(default_factory=dict)
 
     def level(self, deps: frozenset) -> int:
         return max((self.level_of[d] for d in deps), default=0)
@@ -344,15 +355,33 @@ class Emitter:
         ]
         return self.value(inst.operands[0], tuple(mapped))
 
+    def cut(self, i: Ix, points) -> tuple[int, int] | None:
+        """The range of the bare loop variable `i` in this piece of its loop, if known; else
+        records `points`, where the loop could be split (see `Writer.split_loop`)."""
+        if i.text not in self.level_of:
+            return None
+        known = self.ranges.get(i.text)
+        if known is None:
+            self.cuts.setdefault(i.text, set()).update(points)
+        return known
+
     def op_concatenate(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
         dim = inst.attr("dimension")
         i = index[dim]
+        sizes = [(o, self.comp[o].array_shape.dims[dim]) for o in inst.operands]
+        sizes = [(o, size) for o, size in sizes if size]
+        ends = list(itertools.accumulate(size for _, size in sizes))
+        known = self.cut(i, ends[:-1])
+        for (o, size), end in zip(sizes, ends):
+            if known is not None and end - size <= known[0] and known[1] <= end:  # one operand
+                local = Ix(f"{i.text} - {end - size}" if end > size else i.text, i.deps)
+                return self.value(o, index[:dim] + (local,) + index[dim + 1 :])
         pieces, offset = [], 0  # (end offset, value) per non-empty operand
         for o in inst.operands:
             size = self.comp[o].array_shape.dims[dim]
             if size == 0:
                 continue
-            local = Ix(f"min(max({i.text} - {offset}, 0), {size - 1})", i.deps)
+            local = Ix(clamp_text(f"{i.text} - {offset}", 0, size - 1), i.deps)
             value = self.value(o, index[:dim] + (local,) + index[dim + 1 :])
             offset += size
             pieces.append((offset, value))
@@ -372,23 +401,30 @@ class Emitter:
         for i, d, lo, it in zip(index, x.dims, inst.attr("low"), inst.attr("interior")):
             t = f"({i.text} - {lo})" if lo else i.text
             step = it + 1
-            if step == 1:
+            known = self.cut(i, (lo, lo + d)) if step == 1 and x.size else None
+            if known is not None and (known[1] <= lo or known[0] >= lo + d):  # all padding
+                return pad_value
+            if known is not None and lo <= known[0] and known[1] <= lo + d:  # all the operand
+                mapped.append(Ix(t, i.deps))
+            elif step == 1:
                 conditions.append(f"(({t}) >= 0) & (({t}) < {d})")
-                mapped.append(Ix(f"min(max({t}, 0), {max(d - 1, 0)})", i.deps))
+                mapped.append(Ix(clamp_text(t, 0, max(d - 1, 0)), i.deps))
             else:
                 conditions.append(f"(({t}) >= 0) & (({t}) % {step} == 0) & (({t}) // {step} < {d})")
-                mapped.append(Ix(f"min(max(({t}) // {step}, 0), {max(d - 1, 0)})", i.deps))
+                mapped.append(Ix(clamp_text(f"({t}) // {step}", 0, max(d - 1, 0)), i.deps))
         if x.size == 0:
             return pad_value
         inner = self.value(inst.operands[0], tuple(mapped))
-        condition = " & ".join(conditions) or "True"
+        if not conditions:
+            return inner
+        condition = " & ".join(conditions)
         return self.emit(f"({inner.text} if {condition} else {pad_value.text})", deps | inner.deps | pad_value.deps)
 
     def start_indices(self, inst: Instruction, operand_dims, sizes, first: int) -> list[Ix]:
         starts = []
         for k, (d, s) in enumerate(zip(operand_dims, sizes)):
             i = self.value(inst.operands[first + k], ())
-            starts.append(self.emit(f"min(max(np.int64({i.text}), 0), {d - s})", i.deps, "start"))
+            starts.append(self.emit(clamp_text(f"np.int64({i.text})", 0, d - s), i.deps, "start"))
         return starts
 
     def op_dynamic_slice(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
@@ -407,7 +443,7 @@ class Emitter:
         inside, mapped = [], []
         for i, s, n in zip(index, starts, u.dims):
             inside.append(f"({i.text} >= {s.text}) & ({i.text} < {s.text} + {n})")
-            mapped.append(Ix(f"min(max({i.text} - {s.text}, 0), {n - 1})", i.deps | s.deps))
+            mapped.append(Ix(clamp_text(f"{i.text} - {s.text}", 0, n - 1), i.deps | s.deps))
         new = self.value(inst.operands[1], tuple(mapped))
         # The condition reads the index and the starts: the statement lives where they do.
         deps = old.deps | new.deps | frozenset().union(*(i.deps | s.deps for i, s in zip(index, starts)))

@@ -36,9 +36,10 @@ from xfuse.runtime.control import unshared
 from xfuse.runtime.program import Kernel, walk
 
 from . import cache
-from .compile import HEADER, compile_kernel, settle
+from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
 from .kernels import write_kernel
 from .pipeline import DriverCompiler, KernelCompiler
+from .emitter import clamp_text
 from .control import kernel_name, part
 
 HALF = ("float16", "bfloat16")
@@ -354,7 +355,7 @@ class _Writer:
             self.emit(indent, f"{source} = np.empty({_dims(list(update_dims))}, np.{dtype})")
             self.call(part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
         for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
-            self.emit(indent, f"{out}_st{j} = min(max(np.int64({values[name]}), 0), {d - u})")
+            self.emit(indent, f"{out}_st{j} = {clamp_text(f'np.int64({values[name]})', 0, d - u, '')}")
         self.emit(indent, f"{out} = s{k}")
         if _contiguous(dims, update_dims):  # one run of the flat buffer: copied in place
             strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
@@ -446,7 +447,8 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
     callees = {key: numba.njit(**CALLEE, pipeline_class=KernelCompiler)(kernel.fn.py_func)
                for key, kernel in used.items()}
     namespace = {"np": np, "small_matmul": small_matmul, "small_matmul_t": small_matmul_t,
-                 "small_matmul_t_rest": small_matmul_t_rest, "put_window": put_window, **callees}
+                 "small_matmul_t_rest": small_matmul_t_rest, "put_window": put_window,
+                 "clamp": CALLED_SCALAR.clamp, **callees}
     text = HEADER + "".join(f"# {line}\n" for line in identity) + source
     entry = None if any(line.endswith(": None") for line in identity) else cache.open_entry(name, text)
     if entry is not None:

@@ -43,6 +43,14 @@ def imin(a, b):
 
 
 @inline
+def clamp(i, lo, hi):
+    """An index clamped into [lo, hi] (lo <= hi), as XLA clamps start indices. Python's min and
+    max would each compile an overload of numba's for every signature, once a process (0.02-0.04
+    s each); called with int64 bounds (`emitter.clamp_text`), this compiles once."""
+    return lo if i < lo else (hi if i > hi else i)
+
+
+@inline
 def round_away(x):
     t = np.trunc(x)
     away = abs(x - t) >= 0.5

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from xfuse.hlo import Computation, DType, Instruction, Literal, Module, Op, Shape
 from xfuse.hlo.scan import ScanLoop, scan_loop
 
-from .emitter import Emitter, Ix, np_name
+from .emitter import Emitter, Ix, clamp_text, np_name
 from .analysis import PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, TRANSCENDENTAL_WORK, output_shapes
 from .kernels import KernelSource
 
@@ -191,7 +191,7 @@ class _ScanWriter:
             m = position[s.state]
             rows = self.body.parameters[s.state].array_shape.dims[0]
             row = emitter.value(self.names[s.row], ())
-            base = emitter.emit(f"min(max(np.int64({row.text}), 0), {rows - 1}) * {n}", row.deps | {"t"}, "base")
+            base = emitter.emit(f"{clamp_text(f'np.int64({row.text})', 0, rows - 1)} * {n}", row.deps | {"t"}, "base")
             stores.append(self.store(m, base.text, emitter.value(self.names[s.update], (Ix("0"), e)), "e"))
         stores += [self.store(position[j], None, news[j], "e") for j in plan.carries]
         scalars = []  # (initial value, final store) of each scalar carry; its next value first
