@@ -96,6 +96,7 @@ class Emitter:
     # where a concatenate or a pad indexed by a bare loop variable switches what it reads.
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     cuts: dict[str, set[int]] = field(default_factory=dict)
+    flat_loads: dict = field(default_factory=dict)  # parameter -> fn(linear index) -> Ix
 
     def level(self, deps: frozenset) -> int:
         return max((self.level_of[d] for d in deps), default=0)
@@ -323,6 +324,8 @@ class Emitter:
                 deps |= index[i].deps
             stride *= target.dims[i]
         linear = self.emit(" + ".join(reversed(terms)) or "0", deps, "lin")
+        if inst.operands[0] in self.flat_loads:  # a parameter, read through its flat buffer
+            return self.flat_loads[inst.operands[0]](linear)
         mapped, stride = [], 1
         strides = []
         for d in reversed(source.dims):

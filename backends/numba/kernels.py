@@ -97,6 +97,9 @@ class Writer:
         self.out_shapes = output_shapes(comp)
         loads = {p: self.loader(p) for p in self.params}
         self.emitter = Emitter(comp, loads, self.level_of)
+        self.emitter.flat_loads = {p: self.flat_loader(p) for p in self.params
+                                   if comp[p].array_shape.rank > 1}
+        self.flat_views: list[str] = []  # parameters read through `p_flat = p.ravel()`
         self.lines: list[str] = []
         self.flat_dims: tuple[int, ...] | None = None
         self.rows = 1
@@ -113,6 +116,18 @@ class Writer:
             deps = frozenset().union(*(i.deps for i in index))
             array, rest = self.row_view(param, index, deps)
             return Ix(f"{array}[{index_text(rest)}]", deps)
+
+        return load
+
+    def flat_loader(self, param: str):
+        """A reshaped parameter read at the linear index of the reshape: one index into its
+        flat buffer, which vectorises, where the index into the array itself would be a
+        division and a remainder per dimension."""
+
+        def load(linear: Ix) -> Ix:
+            if param not in self.flat_views:
+                self.flat_views.append(param)
+            return Ix(f"{param}_flat[{_unsigned(linear.text)}]", linear.deps)
 
         return load
 
@@ -547,6 +562,7 @@ class Writer:
             for k in range(len(self.outputs)):
                 if self.out_shapes[k].rank:
                     header.append(f"    out{k} = out{k}.reshape({size})")
+        header += [f"    {p}_flat = {p}.ravel()" for p in self.flat_views]
         header += ["    " + line for line in self.scratch]
         helpers = list(self.emitter.helpers.values())
         return "\n".join(helpers + [""] + header + self.lines) + "\n"
