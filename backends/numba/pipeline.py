@@ -87,7 +87,9 @@ class LinkingLowering(NativeLowering):
             state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
             state.library.enable_object_caching()
         library = state.library
-        optimize = library._optimize_final_module
+        optimize = getattr(library, "_optimize_final_module", None)  # numba 0.60-0.68 have it
+        if optimize is None:  # a numba without it: its own lowering as it is
+            return super().run_pass(state)
 
         def cheaply():
             saved = config.OPT  # numba builds the full pass's manager from it as it runs
