@@ -20,10 +20,10 @@ import numpy as np
 from xfuse.hlo import Computation, DType, Instruction, Op, Shape
 
 
-def clamp_text(i: str, lo: int, hi: int, prefix: str = "scalar.") -> str:
+def clamp_text(i: str, lo: int, hi: int) -> str:
     """The source of `scalar.clamp` of the index expression `i`. The bounds are int64 values, not
     literals: numba compiles a function called with int literals again for each value."""
-    return f"{prefix}clamp({i}, np.int64({lo}), np.int64({hi}))"
+    return f"scalar.clamp({i}, np.int64({lo}), np.int64({hi}))"
 
 
 @dataclass(frozen=True)
@@ -372,22 +372,17 @@ class Emitter:
         dim = inst.attr("dimension")
         i = index[dim]
         sizes = [(o, self.comp[o].array_shape.dims[dim]) for o in inst.operands]
-        sizes = [(o, size) for o, size in sizes if size]
+        sizes = [(o, size) for o, size in sizes if size]  # the non-empty operands
         ends = list(itertools.accumulate(size for _, size in sizes))
         known = self.cut(i, ends[:-1])
-        for (o, size), end in zip(sizes, ends):
-            if known is not None and end - size <= known[0] and known[1] <= end:  # one operand
+        for (o, size), end in zip(sizes, ends) if known is not None else ():
+            if end - size <= known[0] and known[1] <= end:  # one operand
                 local = Ix(f"{i.text} - {end - size}" if end > size else i.text, i.deps)
                 return self.value(o, index[:dim] + (local,) + index[dim + 1 :])
-        pieces, offset = [], 0  # (end offset, value) per non-empty operand
-        for o in inst.operands:
-            size = self.comp[o].array_shape.dims[dim]
-            if size == 0:
-                continue
-            local = Ix(clamp_text(f"{i.text} - {offset}", 0, size - 1), i.deps)
-            value = self.value(o, index[:dim] + (local,) + index[dim + 1 :])
-            offset += size
-            pieces.append((offset, value))
+        pieces = []  # (end offset, value) per non-empty operand
+        for (o, size), end in zip(sizes, ends):
+            local = Ix(clamp_text(f"{i.text} - {end - size}", 0, size - 1), i.deps)
+            pieces.append((end, self.value(o, index[:dim] + (local,) + index[dim + 1 :])))
         if not pieces:  # every operand empty, so the result too: no index ever reads it
             return const(literal(0, inst.shape.dtype))
         expr = pieces[-1][1].text

@@ -187,10 +187,8 @@ class Writer:
         self.rows = dims[0] if dims else 1
         tiled = self.flat_dims is None and len(dims) >= 2 and min(dims[-2:]) > TILE and reads_across(self.comp)
         pieces = None if tiled or not dims or self.flat_dims is not None else self.pieces(names[-1], dims[-1])
-        if pieces is None:
-            self.render_nest(dims, names, stores, tiled)
-        else:
-            self.split_loop(dims, names, index, pieces)
+        parts = [(None, self.emitter, stores)] if pieces is None else self.split_loop(names, index, pieces)
+        self.render_nest(dims, names, parts, tiled)
 
     def pieces(self, var: str, extent: int) -> list[tuple[int, int]] | None:
         """Where the innermost loop splits: at the points where a concatenate or a pad it
@@ -201,14 +199,12 @@ class Writer:
         bounds = [0, *cuts, extent]
         return list(zip(bounds, bounds[1:]))
 
-    def split_loop(self, dims, names, index, pieces) -> None:
-        """The loop nest with its innermost loop split into `pieces`, each emitted anew with
+    def split_loop(self, names, index, pieces) -> list:
+        """(range, emitter, stores) per piece of the innermost loop, each piece emitted anew with
         its variable's range known: a concatenate there reads one operand, a pad the operand
         or its padding, at an index with no clamp. Over the whole range each read is a select
         between loads of two arrays at clamped indices, which LLVM does not vectorise (tanh
-        of a concatenation of 1024x1000 and 1024x24: 5.2 ms, split 0.82 ms). Statements above
-        the innermost level come from every piece (each piece names its own)."""
-        inner = len(dims)
+        of a concatenation of 1024x1000 and 1024x24: 5.2 ms, split 0.82 ms)."""
         first, parts = self.emitter, []
         for lo, hi in pieces:
             self.emitter = dataclasses.replace(
@@ -216,32 +212,33 @@ class Writer:
                 ranges={names[-1]: (lo, hi)}, cuts={})
             stores = [self.store(k, index, self.emitter.value(member, index))
                       for k, member in enumerate(self.outputs)]
-            parts.append((lo, hi, self.emitter, stores))
-        indent = 1
-        for level, (n, d) in enumerate(zip(names, dims), start=1):
-            for _, _, emitter, _ in parts:
-                for s in emitter.statements.get(level - 1, []):
-                    self.add(indent, s)
-            if level == inner:
-                break
-            self.add(indent, f"for {n} in range({'row_start, row_end' if level == 1 else d}):")
-            indent += 1
-        for lo, hi, emitter, stores in parts:
-            bounds = f"max(row_start, {lo}), min(row_end, {hi})" if inner == 1 else f"{lo}, {hi}"
-            self.add(indent, f"for {names[-1]} in range({bounds}):")
-            for s in emitter.statements.get(inner, []) + stores:
-                self.add(indent + 1, s)
+            parts.append(((lo, hi), self.emitter, stores))
+        return parts
 
-    def render_nest(self, dims, names, innermost: list[str], tiled: bool = False) -> None:
+    def render_nest(self, dims, names, parts: list, tiled: bool = False) -> None:
         """The loops over `dims`, the outermost over [row_start, row_end); `tiled`: the last two
-        in TILE x TILE blocks (the block loops outside both)."""
+        in TILE x TILE blocks (the block loops outside both). `parts`: (range, emitter, stores)
+        per piece of a split innermost loop (`split_loop`), or one with range None; each piece
+        names its own values, and all their statements above the innermost level go there."""
+
+        def statements(indent: int, level: int) -> None:
+            for _, emitter, _ in parts:
+                for s in emitter.statements.get(level, []):
+                    self.add(indent, s)
+
         indent = 1
-        for s in self.statements(0):
-            self.add(indent, s)
+        statements(indent, 0)
         first_tiled = len(dims) - 1 if tiled else len(dims) + 1
         for level, (n, d) in enumerate(zip(names, dims), start=1):
             lo, hi = ("row_start", "row_end") if level == 1 else ("0", str(d))
             bounds = f"{lo}, {hi}" if level == 1 else hi
+            if level == len(dims) and parts[0][0] is not None:  # the pieces of a split loop
+                for (a, b), emitter, stores in parts:
+                    bounds = f"max(row_start, {a}), min(row_end, {b})" if level == 1 else f"{a}, {b}"
+                    self.add(indent, f"for {n} in range({bounds}):")
+                    for s in emitter.statements.get(level, []) + stores:
+                        self.add(indent + 1, s)
+                return
             if level == first_tiled:  # the block loops of both tiled levels
                 self.add(indent, f"for {n}_t in range({lo}, {hi}, {TILE}):")
                 self.add(indent + 1, f"for {names[-1]}_t in range(0, {dims[-1]}, {TILE}):")
@@ -251,9 +248,8 @@ class Writer:
             else:
                 self.add(indent, f"for {n} in range({bounds}):")
             indent += 1
-            for s in self.statements(level):
-                self.add(indent, s)
-        for s in innermost:
+            statements(indent, level)
+        for s in parts[0][2]:
             self.add(indent, s)
 
     # ------------------------------------------------------------------ input kernels

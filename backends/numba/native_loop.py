@@ -355,7 +355,7 @@ class _Writer:
             self.emit(indent, f"{source} = np.empty({_dims(list(update_dims))}, np.{dtype})")
             self.call(part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
         for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
-            self.emit(indent, f"{out}_st{j} = {clamp_text(f'np.int64({values[name]})', 0, d - u, '')}")
+            self.emit(indent, f"{out}_st{j} = {clamp_text(f'np.int64({values[name]})', 0, d - u)}")
         self.emit(indent, f"{out} = s{k}")
         if _contiguous(dims, update_dims):  # one run of the flat buffer: copied in place
             strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
@@ -448,7 +448,7 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
                for key, kernel in used.items()}
     namespace = {"np": np, "small_matmul": small_matmul, "small_matmul_t": small_matmul_t,
                  "small_matmul_t_rest": small_matmul_t_rest, "put_window": put_window,
-                 "clamp": CALLED_SCALAR.clamp, **callees}
+                 "scalar": CALLED_SCALAR, **callees}
     text = HEADER + "".join(f"# {line}\n" for line in identity) + source
     entry = None if any(line.endswith(": None") for line in identity) else cache.open_entry(name, text)
     if entry is not None:

@@ -10,13 +10,11 @@ import numpy as np
 import pytest
 
 import xfuse
-
-
-def rng_array(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+from tests.backends.test_split_loops import rng_array
 
 
 def check(fn, *args):
+    """The kernels' source, after their results are compared with the reference interpreter's."""
     compiled = xfuse.jit(fn).lower(*args).compile()
     np.testing.assert_array_equal(compiled(*args), xfuse.jit(fn, backend="reference")(*args))
     return compiled.kernel_source()
