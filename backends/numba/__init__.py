@@ -6,7 +6,14 @@ import xfuse.hlo, xfuse.runtime, numba and numpy. numba is imported on first use
 names: the kernel writer (`kernels`, `lowering`) serves the C backend too, without numba.
 """
 
+import os
 from importlib import import_module
+
+# numba raises and catches many of its own errors while it types and lowers a function, and
+# formats the message of each; where colorama is installed it highlights every message, each
+# through colorama's terminal set-up and tear-down, a third of some compiles. Unless the user
+# set it, before numba is imported, numba's messages stay plain.
+os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 
 NAME = "numba"
 _LAZY = {"compile_module": ".backend", "initialize": ".compile"}
