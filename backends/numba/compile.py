@@ -15,13 +15,15 @@ import numpy as np
 
 from . import cache, mathlib, rows, scalar
 from .kernels import KernelSource
-from .pipeline import KernelCompiler
+from .pipeline import WITHOUT_WRAPPERS, CalleeCompiler, KernelCompiler
 
 HEADER = "import numpy as np\n\n"
 
 # Kernels call the helpers as separate numba functions that LLVM inlines: as fast as numba's
-# own inline="always" (the loops still vectorise) at a quarter of the compile time.
-helper = numba.njit(error_model="numpy", nogil=True, cache=False)
+# own inline="always" (the loops still vectorise) at a quarter of the compile time. Only
+# kernels call them, so they are compiled without wrappers or machine code of their own.
+helper = numba.njit(error_model="numpy", nogil=True, cache=False, **WITHOUT_WRAPPERS,
+                    pipeline_class=CalleeCompiler)
 INLINE_ALWAYS = numba.njit(error_model="numpy", nogil=True, cache=False, inline="always")
 
 
@@ -42,8 +44,8 @@ CALLED_SCALAR = _called_forms(scalar)
 CALLED_ROWS = ModuleType("rows_called")
 for _name in rows.SUMS + rows.EXTREMES:
     _flags = {"reassoc"} if _name in rows.SUMS else set()
-    setattr(CALLED_ROWS, _name, numba.njit(error_model="numpy", nogil=True, cache=False,
-                                           fastmath=_flags)(getattr(rows, _name)))
+    setattr(CALLED_ROWS, _name, numba.njit(error_model="numpy", nogil=True, cache=False, fastmath=_flags,
+                                           **WITHOUT_WRAPPERS, pipeline_class=CalleeCompiler)(getattr(rows, _name)))
 
 
 def namespace(source: KernelSource) -> dict:

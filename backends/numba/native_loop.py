@@ -38,7 +38,7 @@ from xfuse.runtime.program import Kernel, walk
 from . import cache
 from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
 from .kernels import write_kernel
-from .pipeline import DriverCompiler, KernelCompiler
+from .pipeline import DriverCompiler, KernelCompiler, callee_form
 from .emitter import clamp_text
 from .control import kernel_name, part
 
@@ -223,6 +223,27 @@ def _dims(dims: list) -> str:
     return repr(shape)
 
 
+def _escaping(body: dict) -> tuple[set, bool]:
+    """The slots of `body` whose values may become state (the results, and the values they
+    are elements or reshapes of), and whether each iteration's new state is only ever values it
+    computed, constants, or a slot's own state, so two work buffers by turns suffice: not when
+    a result is another slot's state, or a branch's output (a branch may pass a state through),
+    which could keep a value past the next iteration."""
+    source = {step["outputs"][0]: step["inputs"][0] for step in body["steps"]
+              if step["op"] == "alias" and step["kind"] in ("element", "reshape")}
+    branched = {slot for step in body["steps"] if step["op"] == "conditional" for slot in step["outputs"]}
+    params = body["params"]
+    escaping, by_turns = set(), True
+    for k, slot in enumerate(body["results"]):
+        escaping.add(slot)
+        while slot in source:
+            slot = source[slot]
+            escaping.add(slot)
+        if slot in branched or slot in params and params.index(slot) != k:
+            by_turns = False
+    return escaping, by_turns
+
+
 def _window(step: dict) -> tuple | None:
     """(state index, update, starts) of a kernel step the lowering made a window
     (`control.window`), else None. `update` is the update's name in the fused computation and
@@ -246,6 +267,10 @@ class _Writer:
         self.identity: list[str] = []  # what each called kernel computes, for the cache key
         self.invariant: dict[str, int] = {}  # body values that are loop-invariant state: index
         self.transposed: set[int] = set()  # invariant state the driver transposes before the loop
+        self.scratch: list[tuple] = []  # the work buffers w<k>: (dims, dtype, two of them)
+        self.escaping: set[str] = set()  # body values that may become state (see buffer)
+        self.by_turns = True  # whether those may use two buffers by turns
+        self.in_branch = 0
 
     def emit(self, indent: str, line: str) -> None:
         self.lines.append(indent + line)
@@ -254,6 +279,9 @@ class _Writer:
                 args: list[str] | None = None) -> None:
         """The statements of `program` with its parameters bound to `args` (the state)."""
         var = lambda slot: f"{prefix}{slot}"  # noqa: E731
+        if body:
+            escaping, self.by_turns = _escaping(program)
+            self.escaping = {var(slot) for slot in escaping}
         for k, slot in enumerate(program["params"]):
             self.emit(indent, f"{var(slot)} = {args[k] if args is not None else f's{k}'}")
             if body and k < len(program["results"]) and program["results"][k] == slot:
@@ -268,7 +296,7 @@ class _Writer:
             if window is not None:
                 self.window(window, step, ins, var(step["outputs"][0]), indent)
             elif step["op"] == "dot":
-                self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent)
+                self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent, var(step["outputs"][0]))
             elif step["op"] == "conditional":
                 self.conditional(step, ins, var(step["outputs"][0]), constants, indent)
             elif step["op"] == "kernel":
@@ -280,7 +308,7 @@ class _Writer:
                 outs = [f"{var(step['outputs'][0])}_{k}" if packed else var(step["outputs"][k])
                         for k in range(len(step["specs"]))]
                 for out, (dims, dtype) in zip(outs, step["specs"]):
-                    self.emit(indent, f"{out} = np.empty({_dims(dims)}, np.{np.dtype(dtype).name})")
+                    self.buffer(out, dims, dtype, indent, var(step["outputs"][0]))
                 lead = [_int(0), _int(step["rows"])]
                 if step.get("dot") is not None:  # an output fusion: the dot first, then the epilogue
                     d = step["dot"]
@@ -294,6 +322,23 @@ class _Writer:
                 self.emit(indent, f"{var(step['outputs'][0])} = {ins[0]}.reshape({_dims(step['dims'])})")
             # a tuple is the body's root: its elements are read as the results
 
+    def buffer(self, name: str, dims, dtype, indent: str, value: str | None = None) -> None:
+        """`name` bound to a buffer for a value computed in the loop (`value`: the slot it
+        is, or belongs to). Work buffers are made by `Driver.prepare` for each call, rather
+        than by numba's np.empty in every iteration, which costs a compile of its own for each
+        shape's rank and dtype (0.05-0.14 s each, once a process). A value that may become
+        state has two, used by turns: an iteration's new state is written into the one the
+        state it replaces does not hold. Values inside a branch, and every value of a body
+        that could keep a state value longer than an iteration, use np.empty."""
+        escapes = value in self.escaping
+        dtype = np.dtype(dtype).name
+        if self.in_branch or escapes and not self.by_turns:
+            self.emit(indent, f"{name} = np.empty({_dims(dims)}, np.{dtype})")
+            return
+        self.scratch.append((tuple(dims) or (1,), dtype, escapes))
+        k = len(self.scratch) - 1
+        self.emit(indent, f"{name} = w{k}[turn]" if escapes else f"{name} = w{k}")
+
     def conditional(self, step: dict, ins: list[str], out: str, constants: dict, indent: str) -> None:
         """An if/elif chain over the branches (an index out of range takes the last); each
         assigns the same names, `out` or `out_<k>` for the elements of a tuple."""
@@ -305,14 +350,16 @@ class _Writer:
             self.emit(indent, test)
             inner = indent + "    "
             prefix = f"{out}_b{k}_"
+            self.in_branch += 1
             self.program(branch, prefix, constants, inner, args=ins[1:])
+            self.in_branch -= 1
             results = branch["results"]
             names = [f"{out}_{j}" for j in range(len(results))] if step["tupled"][k] else [out]
             for name, slot in zip(names, results):
                 self.emit(inner, f"{name} = {prefix}{slot}")
 
-    def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
-        self.emit(indent, f"{out} = np.empty({_dims(d['dims'])}, np.{d['dtype']})")
+    def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str, value: str | None = None) -> None:
+        self.buffer(out, d["dims"], d["dtype"], indent, value)
         (m, k), n = d["lhs"], d["rhs"][1]
         if m * n * k > SMALL_DOT:
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
@@ -342,7 +389,7 @@ class _Writer:
         if computed:
             outs = [f"{out}_i{j}" for j in range(len(computed))]
             for o, name in zip(outs, computed):
-                self.emit(indent, f"{o} = np.empty((1,), np.{body[name].array_shape.dtype.numpy.name})")
+                self.buffer(o, (1,), body[name].array_shape.dtype.numpy, indent)
                 values[name] = f"{o}[0]"
             self.call(part(body, computed, f"{step['kernel']}_starts"), ins + outs, indent)
         if body[update].op is Op.RESHAPE and body[update].operands[0] in index:
@@ -352,7 +399,7 @@ class _Writer:
         else:
             source = f"{out}_update"
             dtype = body[update].array_shape.dtype.numpy.name
-            self.emit(indent, f"{source} = np.empty({_dims(list(update_dims))}, np.{dtype})")
+            self.buffer(source, update_dims, dtype, indent)
             self.call(part(body, [update], f"{step['kernel']}_update"), ins + [source], indent)
         for j, (name, d, u) in enumerate(zip(starts, dims, update_dims)):
             self.emit(indent, f"{out}_st{j} = {clamp_text(f'np.int64({values[name]})', 0, d - u)}")
@@ -391,23 +438,27 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     writer.program(step["body"], "b", constants, "        ", body=True)
     results = ", ".join(f"b{r}" for r in step["body"]["results"])
     writer.lines.append(f"        {', '.join(f's{k}' for k in range(n))} = {results}{',' if n == 1 else ''}")
+    if any(turns for _, _, turns in writer.scratch):
+        writer.lines.insert(0, "    turn = 0")
+        writer.lines.append("        turn = 1 - turn")
     state = ", ".join(f"s{k}" for k in range(n))
     # The copies of the state the body writes in place and the transposes of invariant right
     # sides are made by numpy before the call (`prepare`): in numba they cost a compile each
     # (a transposed array's ascontiguousarray, 0.3-0.5 s) for work done once.
     owned, transposed = sorted(writer.owned), sorted(writer.transposed)
     arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))]
-                          + [f"t{k}" for k in transposed])
+                          + [f"t{k}" for k in transposed] + [f"w{k}" for k in range(len(writer.scratch))])
     header = f"def {name}({arguments}):"
     footer = f"    return ({state}{',' if n == 1 else ''})"
     source = "\n".join([header, *writer.lines, footer]) + "\n"
-    return Driver(source, writer.used, writer.constants, writer.identity, owned, transposed)
+    return Driver(source, writer.used, writer.constants, writer.identity, owned, transposed, writer.scratch)
 
 
 class Driver(NamedTuple):
     """A loop's driver: its source, the kernels it calls by global name, the constant arrays
-    it takes, what each of those kernels computes, and the state elements `prepare` copies
-    (the body writes them in place) and transposes (invariant right sides of products)."""
+    it takes, what each of those kernels computes, the state elements `prepare` copies
+    (the body writes them in place) and transposes (invariant right sides of products), and
+    its work buffers (`_Writer.buffer`)."""
 
     source: str
     used: dict
@@ -415,11 +466,14 @@ class Driver(NamedTuple):
     identity: list
     owned: list
     transposed: list
+    scratch: list
 
     def prepare(self, flat: list) -> list:
-        """The driver's arguments from the loop state (C-contiguous, writable)."""
+        """The driver's arguments from the loop state (C-contiguous, writable), with fresh
+        work buffers: the final state may be in them, and goes to the caller."""
         flat = [x.copy() if k in self.owned else x for k, x in enumerate(flat)]
-        return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed]
+        work = [np.empty((2, *dims) if turns else dims, dtype) for dims, dtype, turns in self.scratch]
+        return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed] + work
 
 
 def _writable(x) -> np.ndarray:
@@ -432,23 +486,22 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-# A driver calls each kernel through a copy compiled as a callee only: without the wrappers
-# numba makes for calls from Python and from C, which would be optimised and compiled to machine
-# code for nothing (the scanned RNN compiled cold in 0.15-0.2 s less). The kernel itself stays
-# for the runtime, should the loop fall back to it. The driver is called from Python only.
-CALLEE = {"error_model": "numpy", "nogil": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+# A driver calls each kernel, and the helpers above, through copies compiled as callees only:
+# without the wrappers numba makes for calls from Python and from C, and without machine code
+# of their own, which would be made for nothing (`pipeline.callee_form`; the scanned RNN
+# compiled cold in 0.15-0.2 s less without the wrappers). The kernel itself stays for the
+# runtime, should the loop fall back to it. The driver is called from Python only.
 DRIVER = {"error_model": "numpy", "nogil": True, "no_cfunc_wrapper": True}
+HELPERS = {fn.py_func.__name__: callee_form(fn)
+           for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, put_window)}
 
 
 def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callable:
     """The driver's numba function. Compiling it takes seconds (numba types and lowers every
     kernel call again), so it goes through the kernel cache when every kernel it calls is
     known by what it computes: the entry's text names them."""
-    callees = {key: numba.njit(**CALLEE, pipeline_class=KernelCompiler)(kernel.fn.py_func)
-               for key, kernel in used.items()}
-    namespace = {"np": np, "small_matmul": small_matmul, "small_matmul_t": small_matmul_t,
-                 "small_matmul_t_rest": small_matmul_t_rest, "put_window": put_window,
-                 "scalar": CALLED_SCALAR, **callees}
+    callees = {key: callee_form(kernel.fn, KernelCompiler) for key, kernel in used.items()}
+    namespace = {"np": np, **HELPERS, "scalar": CALLED_SCALAR, **callees}
     text = HEADER + "".join(f"# {line}\n" for line in identity) + source
     entry = None if any(line.endswith(": None") for line in identity) else cache.open_entry(name, text)
     if entry is not None:

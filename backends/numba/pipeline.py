@@ -22,11 +22,18 @@ saved 0.3 s of the scanned RNN's cold compile (2.75-2.85 s against 3.03-3.16 s, 
 unchanged) and costs some 25 ns an iteration where bodies are tiny (5000 steps of tanh of a
 4x4 product: 1.48 ms against 1.35 ms). numba before 0.61 builds its pass managers once, ahead,
 and there drivers compile as before.
+
+`callee_form(fn)`, for functions only other compiled functions call (the math and row helpers
+kernels call, the kernels and product helpers a driver calls): compiled without numba's
+wrappers for calls from Python and C, and finalised without machine code. numba would
+otherwise translate each such function to machine code on its own, and each caller again with
+its own module; only the caller's copy ever runs.
 """
 
 from __future__ import annotations
 
 import llvmlite.binding as llvm
+import numba
 from numba.core import config
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import register_pass
@@ -41,18 +48,90 @@ def _interleave(count: int) -> None:
 
 @register_pass(mutates_CFG=True, analysis_only=False)
 class InterleavedLowering(NativeLowering):
-    """numba's lowering (which optimises and finalises the module) with interleaved loops."""
+    """numba's lowering (which optimises and finalises the module) with interleaved loops;
+    without machine code for a kernel compiled as a callee only (`callee_form`)."""
 
     _name = "xfuse_interleaved_lowering"
 
     def run_pass(self, state):
-        if not INTERLEAVE:
+        with _WithoutMachineCode(state):
+            if not INTERLEAVE:
+                return super().run_pass(state)
+            _interleave(INTERLEAVE)
+            try:
+                return super().run_pass(state)
+            finally:
+                _interleave(0)
+
+
+def _library(state):
+    """The library the lowering fills, made as numba's own lowering makes it."""
+    if state.library is None:
+        state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
+        state.library.enable_object_caching()
+    return state.library
+
+
+class _WithoutMachineCode:
+    """For a function only ever called by other compiled functions (no Python or C wrapper):
+    its library is finalised (linked and optimised) without machine code, which each caller's
+    module, linking it in, makes for itself. numba would otherwise translate it to machine code
+    on its own, for nothing. Such a function has no address, so numba's setting of its
+    environment's address (read only to make Python objects, which these functions never do)
+    is skipped too: the environment is kept with the library."""
+
+    NEEDED = ("_finalize_final_module", "_finalize_dynamic_globals", "_verify_declare_only_symbols")
+
+    def __init__(self, state) -> None:
+        self.library = None
+        if state.flags.no_cpython_wrapper and state.flags.no_cfunc_wrapper:
+            library = _library(state)
+            if all(hasattr(library, name) for name in self.NEEDED):  # numba 0.60-0.68 have them
+                self.library = library
+
+    def __enter__(self):
+        library = self.library
+        if library is None:
+            return self
+
+        def finalize_without_code():
+            library._finalize_dynamic_globals()
+            library._verify_declare_only_symbols()
+            library._finalized = True
+
+        def keep_env(env_name, env):
+            if _defines(library._final_module, env_name):  # this function's own environment
+                library._xfuse_environment = env
+            else:
+                type(codegen).set_env(codegen, env_name, env)
+
+        codegen = library.codegen
+        library._finalize_final_module = finalize_without_code
+        codegen.set_env = keep_env  # numba compiles under its global lock: no one else sees it
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.library is not None:
+            del self.library.codegen.set_env
+
+
+def _defines(module, name: str) -> bool:
+    try:
+        module.get_global_variable(name)
+    except NameError:
+        return False
+    return True
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class CalleeLowering(NativeLowering):
+    """numba's lowering, without machine code for a function that has no wrappers."""
+
+    _name = "xfuse_callee_lowering"
+
+    def run_pass(self, state):
+        with _WithoutMachineCode(state):
             return super().run_pass(state)
-        _interleave(INTERLEAVE)
-        try:
-            return super().run_pass(state)
-        finally:
-            _interleave(0)
 
 
 class _OwnLowering(CompilerBase):
@@ -74,6 +153,12 @@ class KernelCompiler(_OwnLowering):
     lowering = InterleavedLowering
 
 
+class CalleeCompiler(_OwnLowering):
+    """For helpers compiled as callees only."""
+
+    lowering = CalleeLowering
+
+
 @register_pass(mutates_CFG=True, analysis_only=False)
 class LinkingLowering(NativeLowering):
     """numba's lowering for a function whose callees were optimised when they compiled: the
@@ -83,10 +168,7 @@ class LinkingLowering(NativeLowering):
     _name = "xfuse_linking_lowering"
 
     def run_pass(self, state):
-        if state.library is None:  # as numba's own lowering makes it
-            state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
-            state.library.enable_object_caching()
-        library = state.library
+        library = _library(state)
         optimize = getattr(library, "_optimize_final_module", None)  # numba 0.60-0.68 have it
         if optimize is None:  # a numba without it: its own lowering as it is
             return super().run_pass(state)
@@ -107,3 +189,15 @@ class DriverCompiler(_OwnLowering):
     """For native loop drivers: their kernels not optimised again."""
 
     lowering = LinkingLowering
+
+
+WITHOUT_WRAPPERS = {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
+
+def callee_form(fn, compiler: type = CalleeCompiler):
+    """numba function `fn` again, with its options, compiled to be called by other compiled
+    functions only: without wrappers or machine code of its own. Called from Python, such a
+    function would crash the process, so it is never handed out."""
+    options = {key: value for key, value in fn.targetoptions.items() if key != "nopython"}
+    options.update(WITHOUT_WRAPPERS)
+    return numba.njit(**options, pipeline_class=compiler)(fn.py_func)

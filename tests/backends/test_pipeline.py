@@ -90,3 +90,24 @@ def test_a_loop_driver_compiles_with_the_cheap_final_pass_and_restores_the_level
     np.testing.assert_allclose(got, jax.jit(loop)(x), rtol=2e-6, atol=2e-6)
     cells = dict(zip(driver.fn.__code__.co_freevars, driver.fn.__closure__))
     assert cells["fn"].cell_contents._compiler.pipeline_class is DriverCompiler
+
+
+def doubled_plus(x, y):
+    return x * 2.0 + y
+
+
+def test_a_callee_form_has_no_machine_code_of_its_own():
+    """`callee_form`: the same function and options, compiled without wrappers, its library
+    finalised without machine code (numba's object caching hook never fills it); a caller
+    links it in and runs it. The plain function makes its own machine code."""
+    plain_fn = numba.njit(error_model="numpy", fastmath={"contract"})(doubled_plus)
+    callee = pipeline.callee_form(plain_fn)
+    assert callee.targetoptions["fastmath"] == plain_fn.targetoptions["fastmath"]
+    caller = numba.njit(lambda x, y: callee(x, y) - 1.0)
+    x, y = np.linspace(-3, 3, 17), np.arange(17.0)
+    np.testing.assert_array_equal(caller(x, y), x * 2.0 + y - 1.0)
+    np.testing.assert_array_equal(plain_fn(x, y), x * 2.0 + y)
+    (sig,) = callee.signatures
+    assert callee.overloads[sig].library._compiled_object is None
+    (sig,) = plain_fn.signatures
+    assert plain_fn.overloads[sig].library._compiled_object is not None
