@@ -353,7 +353,7 @@ class _Writer:
             return
         self.scratch.append((tuple(dims) or (1,), dtype, escapes))
         k = len(self.scratch) - 1
-        self.emit(indent, f"{name} = w{k}[turn]" if escapes else f"{name} = w{k}")
+        self.emit(indent, f"{name} = w{k}_1 if turn else w{k}_0" if escapes else f"{name} = w{k}")
 
     def conditional(self, step: dict, ins: list[str], out: str, constants: dict, indent: str) -> None:
         """An if/elif chain over the branches (an index out of range takes the last); each
@@ -463,7 +463,9 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     # (a transposed array's ascontiguousarray, 0.3-0.5 s) for work done once.
     owned, transposed = sorted(writer.owned), sorted(writer.transposed)
     arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))]
-                          + [f"t{k}" for k in transposed] + [f"w{k}" for k in range(len(writer.scratch))])
+                          + [f"t{k}" for k in transposed]
+                          + [w for k, (_, _, turns) in enumerate(writer.scratch)
+                             for w in ([f"w{k}_0", f"w{k}_1"] if turns else [f"w{k}"])])
     header = f"def {name}({arguments}):"
     footer = f"    return ({state}{',' if n == 1 else ''})"
     source = "\n".join([header, *writer.lines, footer]) + "\n"
@@ -486,9 +488,10 @@ class Driver(NamedTuple):
 
     def prepare(self, flat: list) -> list:
         """The driver's arguments from the loop state (C-contiguous, writable), with fresh
-        work buffers: the final state may be in them, and goes to the caller."""
+        work buffers: the final state may be in them, and goes to the caller (each buffer an
+        array of its own, so a result keeps no other buffer alive)."""
         flat = [x.copy() if k in self.owned else x for k, x in enumerate(flat)]
-        work = [np.empty((2, *dims) if turns else dims, dtype) for dims, dtype, turns in self.scratch]
+        work = [np.empty(dims, dtype) for dims, dtype, turns in self.scratch for _ in range(1 + turns)]
         return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed] + work
 
 
