@@ -7,13 +7,26 @@ names: the kernel writer (`kernels`, `lowering`) serves the C backend too, witho
 """
 
 import os
+import sys
 from importlib import import_module
 
 # numba raises and catches many of its own errors while it types and lowers a function, and
 # formats the message of each; where colorama is installed it highlights every message, each
 # through colorama's terminal set-up and tear-down, a third of some compiles. Unless the user
-# set it, before numba is imported, numba's messages stay plain.
-os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+# set it, numba's messages stay plain: numba reads the setting when it is imported, and where it
+# was imported before xfuse, its color scheme is replaced by a plain one.
+if "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ:
+    os.environ["NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"] = "1"
+    _errors = sys.modules.get("numba.core.errors")
+    if _errors is not None and hasattr(_errors, "_DummyColorScheme"):
+
+        class _Plain(_errors._DummyColorScheme):
+            def code(self, msg):
+                return msg
+
+            errmsg = filename = indicate = highlight = reset = code
+
+        _errors._termcolor_inst = _Plain()
 
 NAME = "numba"
 _LAZY = {"compile_module": ".backend", "initialize": ".compile"}

@@ -111,3 +111,27 @@ def test_a_callee_form_has_no_machine_code_of_its_own():
     assert callee.overloads[sig].library._compiled_object is None
     (sig,) = plain_fn.signatures
     assert plain_fn.overloads[sig].library._compiled_object is not None
+
+
+def run_python(code: str, **env) -> str:
+    import os
+    import subprocess
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"}
+    environment.update(env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
+                          timeout=300, check=True)
+    return done.stdout.strip()
+
+
+def test_numba_messages_stay_plain_unless_the_user_says_otherwise():
+    """numba formats every error it raises and catches while it compiles; highlighted (where
+    colorama is installed) each costs a terminal set-up. xfuse keeps them plain whether numba
+    was imported before it or not, and leaves the user's own setting alone."""
+    check = "import numba.core.errors as e; print(repr(e.termcolor().errmsg('x')))"
+    assert run_python(f"import xfuse.backends.numba; {check}") == "'x'"
+    assert run_python(f"import numba; import numba.core.errors as e; e.termcolor(); "
+                      f"import xfuse.backends.numba; {check}") == "'x'"
+    user = "import os, xfuse.backends.numba; print(repr(os.environ['NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING']))"
+    assert run_python(user, NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="") == "''"
