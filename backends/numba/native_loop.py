@@ -312,7 +312,7 @@ class _Writer:
             if window is not None:
                 self.window(window, step, ins, var(step["outputs"][0]), indent)
             elif step["op"] == "dot":
-                self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent, var(step["outputs"][0]))
+                self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent)
             elif step["op"] == "conditional":
                 self.conditional(step, ins, var(step["outputs"][0]), constants, indent)
             elif step["op"] == "kernel":
@@ -340,13 +340,13 @@ class _Writer:
 
     def buffer(self, name: str, dims, dtype, indent: str, value: str | None = None) -> None:
         """`name` bound to a buffer for a value computed in the loop (`value`: the slot it
-        is, or belongs to). Work buffers are made by `Driver.prepare` for each call, rather
+        belongs to, if not `name` itself). Work buffers are made by `Driver.prepare` for each call, rather
         than by numba's np.empty in every iteration, which costs a compile of its own for each
         shape's rank and dtype (0.05-0.14 s each, once a process). A value that may become
         state has two, used by turns: an iteration's new state is written into the one the
         state it replaces does not hold. Values inside a branch, and every value of a body
         that could keep a state value longer than an iteration, use np.empty."""
-        escapes = value in self.escaping
+        escapes = (value or name) in self.escaping
         dtype = np.dtype(dtype).name
         if self.in_branch or escapes and not self.by_turns:
             self.emit(indent, f"{name} = np.empty({_dims(dims)}, np.{dtype})")
@@ -374,8 +374,8 @@ class _Writer:
             for name, slot in zip(names, results):
                 self.emit(inner, f"{name} = {prefix}{slot}")
 
-    def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str, value: str | None = None) -> None:
-        self.buffer(out, d["dims"], d["dtype"], indent, value)
+    def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
+        self.buffer(out, d["dims"], d["dtype"], indent)
         (m, k), n = d["lhs"], d["rhs"][1]
         if m * n * k > SMALL_DOT:
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
