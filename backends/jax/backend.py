@@ -81,7 +81,8 @@ class JaxExecutable:
         return lambda *arrays: jitted(*arrays, *constants)
 
     def _build_fusions(self) -> Callable:
-        jitted: dict[str, Callable] = {}  # by source text: kernels of one computation share one
+        # by source text and constants: the kernels of one fused computation share one
+        jitted: dict[tuple, Callable] = {}
 
         def kernel_source(comp: Computation, inst: Instruction) -> Source:
             if inst.op is Op.FUSION:
@@ -92,9 +93,10 @@ class JaxExecutable:
         bound: dict[str, object] = {}
         for key, (global_name, source) in driver.kernels.items():
             self.kernel_sources[key] = source.text
-            if source.text not in jitted:
-                jitted[source.text] = self._jit(compile_source(source))
-            bound[global_name] = self.kernels[key] = jitted[source.text]
+            same = (source.text, *map(id, source.globals.values()))
+            if same not in jitted:
+                jitted[same] = self._jit(compile_source(source))
+            bound[global_name] = self.kernels[key] = jitted[same]
         constants = {name: self._put(value) for name, value in driver.source.globals.items()}
         self.driver_source = driver.source.text
         run = compile_source(Source(driver.source.name, driver.source.text), {**bound, **constants})

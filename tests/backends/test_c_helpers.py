@@ -236,7 +236,10 @@ def test_every_helper_loop_vectorises(loop_assembly):
             continue
         if "%ymm" not in body and "%zmm" not in body:
             scalar_loops.append(name)
-        if re.search(r"\bcall\b", body):
+        # A gcc that protects the stack by default (Ubuntu's) ends a function holding an array
+        # (the row sums' partial sums) with a call of __stack_chk_fail, taken only if the
+        # stack was overwritten: not a call the loop makes.
+        if re.search(r"\bcall\b(?!.*__stack_chk_fail)", body):
             calling.append(name)
     assert not scalar_loops, f"these loops do not vectorise: {scalar_loops}"
     assert not calling, f"these loops call functions: {calling}"

@@ -93,15 +93,12 @@ def test_scan_counts_from_shapes_are_jaxs_own(k):
 
 def _jaxs_counts(params: dict) -> tuple[int, int]:
     """The scan's (consts, carry) counts as jax states them: its `num_consts` and `num_carry`,
-    or (jax 0.11) the leaves of the first two of its `ft_in` trees (consts, carry, xs)."""
+    or (jax 0.11) the leaves of the first two parts of its `ft_in` (a jax FlatTree of consts,
+    carry and xs, whose `len` counts leaves)."""
     if "num_consts" in params:
         return params["num_consts"], params["num_carry"]
-
-    def leaves(tree) -> int:
-        return sum(map(leaves, tree)) if isinstance(tree, (tuple, list)) else 1
-
-    consts, carry, _ = params["ft_in"]
-    return leaves(consts), leaves(carry)
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(consts), len(carry)
 
 
 class Operand(NamedTuple):  # what the count reads of an operand
