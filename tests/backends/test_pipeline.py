@@ -4,10 +4,12 @@ leak into code compiled afterwards (the hand-written helpers keep LLVM's own cho
 
 from __future__ import annotations
 
+import gc
 import re
 
 import numba
 import numpy as np
+from numba.extending import overload
 
 from xfuse.backends.numba import pipeline
 from xfuse.backends.numba.compile import compile_kernel, settle
@@ -135,3 +137,56 @@ def test_numba_messages_stay_plain_unless_the_user_says_otherwise():
                       f"import xfuse.backends.numba; {check}") == "'x'"
     user = "import os, xfuse.backends.numba; print(repr(os.environ['NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING']))"
     assert run_python(user, NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="") == "''"
+
+
+
+
+def _collector_while_compiling(pipeline_class) -> tuple[bool, bool]:
+    """(whether the collector was on while numba typed a new function, whether it is after)."""
+    seen = []
+
+    def probe():  # a function of its own each time: numba keeps what its typing returned
+        pass
+
+    @overload(probe)
+    def probe_typing():
+        seen.append(gc.isenabled())
+        return lambda: None
+
+    def probing(p0, out0):
+        probe()
+        out0[0] = p0[0]
+
+    options = {"pipeline_class": pipeline_class} if pipeline_class else {}
+    x = np.ones(2, np.float32)
+    numba.njit(**options)(probing)(x, np.empty_like(x))
+    (during,) = seen
+    return during, gc.isenabled()
+
+def test_the_garbage_collector_rests_while_a_kernel_compiles():
+    assert gc.isenabled()
+    assert _collector_while_compiling(None) == (True, True)  # numba's own pipeline
+    assert _collector_while_compiling(pipeline.KernelCompiler) == (False, True)
+    assert _collector_while_compiling(pipeline.DriverCompiler) == (False, True)
+
+
+def test_a_collector_the_user_turned_off_stays_off():
+    gc.disable()
+    try:
+        assert _collector_while_compiling(pipeline.KernelCompiler) == (False, False)
+    finally:
+        gc.enable()
+
+
+def test_the_collector_comes_back_after_the_outermost_compile_only():
+    with pipeline.collector_paused():
+        with pipeline.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with pipeline.collector_paused():
+            raise ValueError("a compile that fails")
+    except ValueError:
+        pass
+    assert gc.isenabled()
