@@ -3,7 +3,8 @@
 `backends/numba/kernels.py` writes each kernel in a small, explicitly typed subset of Python:
 loops over `range`, assignments whose values are wrapped in their dtype (`np.float32(...)`),
 loads and stores into C-ordered arrays of known shape, row views (`row = p0[k0]`), row buffers
-(`np.empty(n, dtype)`), and calls to the math, scalar and row helpers. This module renders that
+(`scalar.row_buffer(n, dtype)` in the stack frame, longer ones `np.empty(n, dtype)`), and calls
+to the math, scalar and row helpers. This module renders that
 subset, statement by statement, as C: the same loops, the same order of operations, the same
 helpers (`xfuse_kernels.h` is their C port), so the C kernels compute what the numba ones do.
 Anything outside the subset raises `NotImplementedError` naming the construct and the kernel.
@@ -260,6 +261,12 @@ class Renderer:
         if not isinstance(target, ast.Name):
             raise self.fail(target, "an assignment target")
         name = target.id
+        if _is_call(value, "scalar", "row_buffer"):  # in the stack frame, as numba's
+            n, dtype = value.args
+            arr = Arr(self.dtype_arg(dtype), (self.const_int(n),))
+            self.declare(name, arr)
+            self.emit(depth, f"{arr.ctype} {name}[{arr.dims[0]}] __attribute__((aligned(64)));")
+            return
         if _is_call(value, "np", "empty"):
             n, dtype = value.args
             arr = Arr(self.dtype_arg(dtype), (self.const_int(n),))

@@ -22,6 +22,9 @@ TRANSCENDENTAL_OPS = {
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
     Op.ATAN, Op.ATAN2, Op.ERF, Op.ERFC, Op.CBRT, Op.POW,
 }  # fmt: skip
+# A kernel's row buffer of at most this many bytes lives in its stack frame
+# (`scalar.row_buffer`), a longer one in numba's np.empty.
+STACK_ROW_BYTES = 1 << 16
 # Steps a loop may walk an operand in that fall in one L1 set (see TILE in kernels.py).
 ALIASING = 1024
 

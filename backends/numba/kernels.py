@@ -23,17 +23,8 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
-from .analysis import (
-    PARALLEL_MIN_WORK,
-    TRANSCENDENTAL_OPS,
-    dot_in_output,
-    flattenable,
-    output_members,
-    output_shapes,
-    reads_across,
-    reduction_space,
-    work_estimate,
-)
+from .analysis import (PARALLEL_MIN_WORK, STACK_ROW_BYTES, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
+                       output_members, output_shapes, reads_across, reduction_space, work_estimate)
 from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
 LANES = 8  # accumulators of a vectorised row reduction
@@ -362,7 +353,9 @@ class Writer:
             if direct:  # the row of an input itself
                 finals.append(f"{acc} = {fn}({direct[1]}[:{extent}])")
             else:
-                self.scratch.append(f"{buf} = np.empty({extent}, {np_name(dtype)})")
+                on_stack = extent * compute_dtype(dtype).numpy.itemsize <= STACK_ROW_BYTES
+                make = "scalar.row_buffer" if on_stack else "np.empty"
+                self.scratch.append(f"{buf} = {make}({extent}, {np_name(dtype)})")
                 updates.append(f"{buf}[{var}] = {summand.text}")
                 finals.append(f"{acc} = {fn}({buf})")
             result = Ix(acc, row_deps)

@@ -1,17 +1,23 @@
 """Row reductions long enough for `rows` (sums reordered into vector lanes, exact max and min
 over integer keys) against the reference interpreter and jax.jit: NaN anywhere, infinities of
 both signs, -0.0 against +0.0, subnormals, rows of one repeated value, and their reuse of the
-row buffer by later passes (softmax, log-softmax)."""
+row buffer by later passes (softmax, log-softmax), and the buffer itself: in the kernel's stack
+frame up to 64 KiB, private to each call."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 import pytest
 
 import xfuse
 from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close
+from xfuse.backends.numba import scalar
+from xfuse.backends.numba.analysis import STACK_ROW_BYTES
 from xfuse.hlo import DType
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.0e38, -3.0e38]
@@ -102,3 +108,35 @@ def test_float32_keys_stay_32_bits_wide(name):
             assert np.isnan(got)
         else:
             assert got == want and np.signbit(got) == np.signbit(want) or (want == 0 and got == 0)
+
+
+@pytest.mark.parametrize("length", [67, 16384, 16385])  # f32 rows: 64 KiB fits, a float more does not
+def test_row_buffers_live_in_the_stack_frame_up_to_64_kib(length):
+    x = rows_with_specials(np.float32, shape=(6, length))
+    fn = REDUCTIONS["softmax"][0]
+    compiled = xfuse.jit(fn).lower(x).compile()
+    source = compiled.kernel_source()
+    on_stack = length * 4 <= STACK_ROW_BYTES
+    assert ("scalar.row_buffer(" in source) == on_stack and ("np.empty(" in source) == (not on_stack)
+    got, reference = compiled(x), xfuse.jit(fn, backend="reference")(x)
+    assert_close(np.asarray(got), np.asarray(reference), DType.F32, "softmax", TRANSCENDENTAL)
+
+
+def test_row_buffers_are_private_to_each_call():
+    """Two threads filling and summing their buffers at once each see only their own values."""
+
+    @numba.njit(nogil=True)
+    def fill_and_sum(value, times):
+        buffer = scalar.row_buffer(4096, np.float64)
+        total = 0.0
+        for _ in range(times):
+            for i in range(4096):
+                buffer[i] = value
+            for i in range(4096):
+                total += buffer[i]
+        return total
+
+    fill_and_sum(0.0, 1)
+    with ThreadPoolExecutor(2) as pool:
+        totals = list(pool.map(fill_and_sum, [1.0, 2.0], [3000, 3000]))
+    assert totals == [1.0 * 4096 * 3000, 2.0 * 4096 * 3000]
