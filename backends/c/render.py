@@ -261,16 +261,14 @@ class Renderer:
         if not isinstance(target, ast.Name):
             raise self.fail(target, "an assignment target")
         name = target.id
-        if _is_call(value, "scalar", "row_buffer"):  # in the stack frame, as numba's
+        on_stack = _is_call(value, "scalar", "row_buffer")  # in the stack frame, as numba's
+        if on_stack or _is_call(value, "np", "empty"):
             n, dtype = value.args
             arr = Arr(self.dtype_arg(dtype), (self.const_int(n),))
             self.declare(name, arr)
-            self.emit(depth, f"{arr.ctype} {name}[{arr.dims[0]}] __attribute__((aligned(64)));")
-            return
-        if _is_call(value, "np", "empty"):
-            n, dtype = value.args
-            arr = Arr(self.dtype_arg(dtype), (self.const_int(n),))
-            self.declare(name, arr)
+            if on_stack:
+                self.emit(depth, f"{arr.ctype} {name}[{arr.dims[0]}] __attribute__((aligned(64)));")
+                return
             self.scratch.append(name)
             self.emit(depth, f"{arr.ctype} *{name} = malloc({arr.dims[0]} * sizeof({arr.ctype}) + 1);")
             self.emit(depth, f"if (!{name}) return 1;" if len(self.scratch) == 1 else

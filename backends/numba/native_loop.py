@@ -340,12 +340,12 @@ class _Writer:
 
     def buffer(self, name: str, dims, dtype, indent: str, value: str | None = None) -> None:
         """`name` bound to a buffer for a value computed in the loop (`value`: the slot it
-        belongs to, if not `name` itself). Work buffers are made by `Driver.prepare` for each call, rather
-        than by numba's np.empty in every iteration, which costs a compile of its own for each
-        shape's rank and dtype (0.05-0.14 s each, once a process). A value that may become
-        state has two, used by turns: an iteration's new state is written into the one the
-        state it replaces does not hold. Values inside a branch, and every value of a body
-        that could keep a state value longer than an iteration, use np.empty."""
+        belongs to, if not `name` itself). Work buffers are made by `Driver.prepare` for each
+        call, rather than by numba's np.empty in every iteration, which costs a compile of its
+        own for each shape's rank and dtype (0.05-0.14 s each, once a process). A value that
+        may become state has two, used by turns: an iteration's new state is written into the
+        one the state it replaces does not hold. Values inside a branch, and every value of a
+        body that could keep a state value longer than an iteration, use np.empty."""
         escapes = (value or name) in self.escaping
         dtype = np.dtype(dtype).name
         if self.in_branch or escapes and not self.by_turns:

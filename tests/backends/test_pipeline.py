@@ -139,8 +139,6 @@ def test_numba_messages_stay_plain_unless_the_user_says_otherwise():
     assert run_python(user, NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="") == "''"
 
 
-
-
 def _collector_while_compiling(pipeline_class) -> tuple[bool, bool]:
     """(whether the collector was on while numba typed a new function, whether it is after)."""
     seen = []
@@ -162,6 +160,7 @@ def _collector_while_compiling(pipeline_class) -> tuple[bool, bool]:
     numba.njit(**options)(probing)(x, np.empty_like(x))
     (during,) = seen
     return during, gc.isenabled()
+
 
 def test_the_garbage_collector_rests_while_a_kernel_compiles():
     assert gc.isenabled()
