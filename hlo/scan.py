@@ -226,6 +226,8 @@ def _classify(body: Computation, roles: dict, dims: tuple, stack_writes: dict) -
             source = body[inst.operands[0]].array_shape.dims
             if kinds[0] == "row" and shape.dims == dims or kinds[0] == "elem" and source == dims and shape.dims == row:
                 classes[name] = "elem" if kinds[0] == "row" else "row"
+            elif kinds[0] == "step" and dims == () and shape.dims == row:
+                classes[name] = "row"  # S = (): a step scalar is the one element's value
             elif kinds[0] == "step" and shape.rank == 0:
                 classes[name] = "step"
             else:

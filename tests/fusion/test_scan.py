@@ -142,6 +142,23 @@ def test_fori_loop_and_a_scalar_carry():
     assert_matches(empty_and_scalar, (np.zeros(0, np.float32), np.float32(2.0)), exact_reference=True)
 
 
+def scalar_space(a, b, c):
+    """Scalar carries (S = ()) whose stacked rows come from a carry and from one the body
+    passes on unchanged, a step scalar."""
+    def cell(carry, _):
+        c0, c1, c2, t = carry
+        return (c0 - t.astype(jnp.float32), c2, c2, t + 1), (jnp.tanh(c2), c0 * 2.0)
+    return lax.scan(cell, (a, b, c, jnp.int32(0)), None, length=5)
+
+
+@pytest.mark.parametrize("a, c", [(1.5, 0.3), (-0.0, np.nan), (np.inf, -np.inf), (3e38, -0.0)])
+def test_a_scan_over_scalars_stacks_rows_of_step_scalars(a, c):
+    args = (np.float32(a), np.float32(-2.0), np.float32(c))
+    assert_matches(scalar_space, args, rtol=2e-6)
+    report = str(fused(scalar_space, *args)[0].fusion_report())
+    assert "5 steps elementwise over []" in report
+
+
 def test_a_scan_with_no_carry_writes_its_rows():
     assert_matches(only_ys, (rng(6).standard_normal((20, 3)).astype(np.float32),), rtol=2e-6)
 
