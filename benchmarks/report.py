@@ -121,13 +121,16 @@ def tables(results: dict) -> str:
     costs = _grid(header, rows)
 
     meta, bandwidth = results["meta"], results["bandwidth"]
+    processes = meta.get("processes", 1)
     lines = [
         f"xfuse benchmarks, {meta['date']}, {meta['machine']['cpu']} "
         f"({meta['machine']['cores']} cores), xfuse backend: {meta['xfuse_backend']}"
         + (", QUICK mode" if meta["quick"] else ""),
         "",
         "Median time per call; 'vs jax' is the speed-up over jax.jit (jax.jit time / engine "
-        "time, above 1x is faster).",
+        "time, above 1x is faster)."
+        + (f" Each engine ran in {processes} processes, in turns with the others; the median "
+           "process counts (all of them below)." if processes > 1 else ""),
         "",
         speed,
         "",
@@ -141,6 +144,7 @@ def tables(results: dict) -> str:
         "",
         costs,
         "",
+        *([process_table(results), ""] if processes > 1 else []),
         _load_line(meta),
         "copy bandwidth (np.copyto, read + write, "
         f"{_megabytes(bandwidth.get('buffer_bytes', 0))} buffer): "
@@ -162,6 +166,20 @@ def tables(results: dict) -> str:
         lines += ["", "Errors and wrong results:"]
         lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)
+
+
+def process_table(results: dict) -> str:
+    """Each engine's median time in each of its timing processes, in the order they ran."""
+    engines = results["meta"]["engines"]
+    rows = []
+    for row in results["workloads"]:
+        cells = [row["name"]]
+        for engine in engines:
+            times = (row["engines"].get(engine) or {}).get("process_times_s")
+            cells.append("n/a" if not times else " / ".join(seconds(t) for t in times))
+        rows.append(cells)
+    header = ["time per process", *(LABELS[e] for e in engines)]
+    return _grid(header, rows)
 
 
 def _load_line(meta: dict) -> str:

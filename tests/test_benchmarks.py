@@ -1,6 +1,7 @@
 """The benchmark suite's worker: one small workload per engine, in quick mode, each in its own
 process as the suite runs it; checks the JSON it returns has the fields the report reads.
-No timing is asserted. Also the XLA kernel-count rule on a hand-written ENTRY computation."""
+No timing is asserted. Also the XLA kernel-count rule on a hand-written ENTRY computation, and
+the suite taking the median of several timing processes per engine."""
 
 import json
 import os
@@ -14,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.engines import xla_kernels  # noqa: E402
+from benchmarks.suite import median_process  # noqa: E402
 from benchmarks.worker import MARKER  # noqa: E402
 
 TIMING_FIELDS = {"time_s", "min_s", "number", "repeats", "samples_s"}
@@ -83,3 +85,35 @@ ENTRY %main.4 (x.1: f32[4]) -> (f32[4], f32[]) {
 }
 """
     assert xla_kernels(text) == ["fusion:kLoop", "custom-call", "reduce"]
+
+
+def test_the_median_process_stands_for_the_engine_with_every_process_beside_it():
+    runs = [{"ok": True, "error": None, "time_s": t, "process": k} for k, t in enumerate([3e-3, 1e-3, 2e-3])]
+    chosen = median_process(runs)
+    assert chosen["process"] == 2 and chosen["time_s"] == 2e-3
+    assert chosen["process_times_s"] == [3e-3, 1e-3, 2e-3]  # in the order they ran
+    assert median_process(runs[:2])["time_s"] == 1e-3  # the lower middle of an even count
+    wrong = dict(runs[0], error="wrong result (see check)")
+    assert median_process([runs[1], wrong, runs[2]])["error"] == "wrong result (see check)"
+    failed = {"ok": False, "error": "worker timed out after 600 s"}
+    assert median_process([runs[1], runs[2], failed])["ok"] is False
+
+
+def test_the_suite_times_each_engine_in_several_processes_in_turns(tmp_path):
+    out = tmp_path / "results.json"
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--processes", "2", "--only", "tiny_add_4",
+         "--engines", "xfuse,jax,numpy", "--json", str(out), "--png", str(tmp_path / "chart.png")],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=path), timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    progress = [line.split("]", 1)[1].split()[1:3] for line in done.stderr.splitlines() if "tiny_add_4" in line and "/2)" in line]
+    assert progress == [[e, f"({k}/2)"] for k in (1, 2) for e in ("xfuse", "jax", "numpy")]
+    results = json.loads(out.read_text())
+    assert results["meta"]["processes"] == 2
+    (row,) = results["workloads"]
+    for engine in ("xfuse", "jax", "numpy"):
+        times = row["engines"][engine]["process_times_s"]
+        assert len(times) == 2 and row["engines"][engine]["time_s"] == min(times)
+    assert "time per process" in done.stdout
