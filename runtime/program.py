@@ -219,6 +219,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
             if first[0]:
                 first[0] = False
                 settle(fn)
+                serial.direct = fn, rows
 
         serial.dispatcher = fn
         if settle is None:  # nothing to do after the first call: the caller may call fn itself

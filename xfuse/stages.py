@@ -214,7 +214,12 @@ class Compiled:
             fast = self._fast
             if fast is None:
                 expected = self._fast_signature()
-                fast = self._fast = (expected, self.fast_runner()) if expected is not None else ()
+                if expected is None:
+                    fast = self._fast = ()
+                else:  # the first call first: the fast path is chosen for kernels it has settled
+                    outputs = self.call_flat(self._checked_arrays(args, kwargs))
+                    self._fast = (expected, self.fast_runner())
+                    return outputs
             # Every argument must be counted: one of another type beside matching arrays
             # (an ndarray subclass, say) would reach the kernels in a matching array's place.
             if fast and len(args) == len(fast[0]):

@@ -91,3 +91,29 @@ def test_large_outputs_are_never_shared_between_calls():
     c = jitted(x + 2)
     assert not np.shares_memory(view, c)
     np.testing.assert_array_equal(view, 2)
+
+
+def python_calls(fn) -> list[str]:
+    """The Python functions that run during fn()."""
+    import sys
+
+    names = []
+    sys.setprofile(lambda frame, event, arg: names.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return names
+
+
+def test_a_one_kernel_call_goes_straight_to_its_kernel_once_settled():
+    """The fast path is chosen after the first call, which compiled (or loaded) the kernel and
+    settled it, so later calls skip the step wrapper that only the first call needed."""
+    x = np.arange(4, dtype=np.float32)
+    jitted = xfuse.jit(lambda x: x + 1)
+    compiled = jitted.lower(x).compile()
+    for call in (lambda: jitted(x), lambda: compiled(x)):
+        np.testing.assert_array_equal(call(), x + 1)  # the first call: compiles, settles
+        names = python_calls(call)
+        assert "call_one" in names and "serial" not in names, names
+        np.testing.assert_array_equal(call(), x + 1)
