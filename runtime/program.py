@@ -262,19 +262,24 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
-    if in_out and plain and not split and dims and settle is None:
-        kernel_rows = step["rows"]
+    lean = bool(in_out and plain and not split and dims)
+    kernel_rows = step["rows"]
 
-        def in_place(inputs, outputs):  # a small product in a loop body: the least work
-            out = outputs[0]
-            full_dot(inputs[li], inputs[ri], out)
-            fn(0, kernel_rows, 0, out, *inputs, *outputs)
+    def in_place(inputs, outputs):  # a small product in a loop body: the least work
+        out = outputs[0]
+        full_dot(inputs[li], inputs[ri], out)
+        fn(0, kernel_rows, 0, out, *inputs, *outputs)
 
+    if lean and settle is None:
         in_place.dispatcher = fn
         in_place.scratch_bytes = 0
         return in_place
+    settled_lean = [False]  # after the first call, a lean step needs nothing else
 
     def run(inputs, outputs):
+        if settled_lean[0]:
+            in_place(inputs, outputs)
+            return
         args = [f(a) for f, a in zip(prepare, inputs)]
         outs = [f[0](o) for f, o in zip(finish, outputs)]
         a, b = inputs[li], inputs[ri]
@@ -300,6 +305,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
         if first[0]:
             first[0] = False
             settle(fn)
+            settled_lean[0] = lean
 
     run.dispatcher = fn
     run.scratch_bytes = 0 if in_out else min(block, rows) * row_bytes

@@ -117,3 +117,25 @@ def test_a_one_kernel_call_goes_straight_to_its_kernel_once_settled():
         names = python_calls(call)
         assert "call_one" in names and "serial" not in names, names
         np.testing.assert_array_equal(call(), x + 1)
+
+
+def test_a_settled_product_with_its_epilogue_in_place_skips_the_general_path():
+    """softmax(relu(x @ w + b)) for one row: the product is written into the output and the
+    epilogue works there; once the first call has settled the kernel, calls take that path
+    alone (no row split, no buffer pool) and agree with jax.jit."""
+    def f(x, w, b):
+        return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
+
+    g = np.random.default_rng(0)
+    x, w = g.standard_normal((1, 64)).astype(np.float32), g.standard_normal((64, 48)).astype(np.float32)
+    b = g.standard_normal(48).astype(np.float32)
+    special = x.copy()
+    special[0, 3] = np.inf  # inf - inf makes NaN in the softmax, in both
+    jitted, got = xfuse.jit(f), []
+    first = python_calls(lambda: got.append(jitted(x, w, b)))
+    assert "in_place" not in first
+    later = python_calls(lambda: got.append(jitted(special, w, b)))
+    assert "in_place" in later and "run_rows" not in later, later
+    for given, result in zip((x, special), got):
+        np.testing.assert_allclose(result, jax.jit(f)(given, w, b), rtol=2e-6, atol=1e-7)
+    assert np.isnan(got[1]).any()
