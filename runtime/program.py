@@ -265,7 +265,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     lean = bool(in_out and plain and not split and dims)
     kernel_rows = step["rows"]
 
-    def in_place(inputs, outputs):  # a small product in a loop body: the least work
+    def in_place(inputs, outputs):  # the product into the output, the epilogue there: the least work
         out = outputs[0]
         full_dot(inputs[li], inputs[ri], out)
         fn(0, kernel_rows, 0, out, *inputs, *outputs)
