@@ -274,10 +274,9 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
         in_place.dispatcher = fn
         in_place.scratch_bytes = 0
         return in_place
-    settled_lean = [False]  # after the first call, a lean step needs nothing else
 
     def run(inputs, outputs):
-        if settled_lean[0]:
+        if lean and not first[0]:  # settled: a lean step needs nothing else
             in_place(inputs, outputs)
             return
         args = [f(a) for f, a in zip(prepare, inputs)]
@@ -305,7 +304,6 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
         if first[0]:
             first[0] = False
             settle(fn)
-            settled_lean[0] = lean
 
     run.dispatcher = fn
     run.scratch_bytes = 0 if in_out else min(block, rows) * row_bytes

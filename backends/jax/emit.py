@@ -218,8 +218,9 @@ def _dot_general(c: Context) -> str:
     # in f32 and round once, as the reference's f64 sum rounded once is best approximated.
     # Half operands are widened first: a product of two f16 or bf16 values is exact in f32, so
     # the result is the same, and XLA:CPU has no bf16 x bf16 = f32 dot for some layouts.
-    accumulate = DType.F32 if c.dtype in HALF else c.dtype
+    accumulate = c.dtype
     if c.dtype in HALF:
+        accumulate = DType.F32
         lhs, rhs = (f"lax.convert_element_type({x}, np.float32)" for x in (lhs, rhs))
     dot = (f"lax.dot_general({lhs}, {rhs}, {numbers}, precision=lax.Precision.HIGHEST, "
            f"preferred_element_type={DTYPE_TEXT[accumulate]})")

@@ -3,6 +3,8 @@ the executable, and everything the slow path would treat differently still takes
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,8 +97,6 @@ def test_large_outputs_are_never_shared_between_calls():
 
 def python_calls(fn) -> list[str]:
     """The Python functions that run during fn()."""
-    import sys
-
     names = []
     sys.setprofile(lambda frame, event, arg: names.append(frame.f_code.co_name) if event == "call" else None)
     try:
