@@ -54,6 +54,8 @@ PRELUDE = r"""
 #define XF_DATA(T, a, k) (*(T **)((char *)(intptr_t)(a)[k] + (a)[0]))
 #define XF_MIN(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); xf_a < xf_b ? xf_a : xf_b; })
 #define XF_MAX(a, b) ({ __auto_type xf_a = (a); __auto_type xf_b = (b); xf_a > xf_b ? xf_a : xf_b; })
+/* A select that reads both arms first (see Renderer.select). */
+#define XF_SELECT(c, a, b) ({ __auto_type xf_t = (a); __auto_type xf_e = (b); (c) ? xf_t : xf_e; })
 #define XF_ABS(x) _Generic((x), float: fabsf(x), double: fabs(x), \
     default: ({ __auto_type xf_x = (x); xf_x < 0 ? -xf_x : xf_x; }))
 #define XF_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
@@ -362,15 +364,28 @@ class Renderer:
                 raise self.fail(node, "a comparison")
             return f"({self.expr(node.left)[0]} {op} {self.expr(node.comparators[0])[0]})", "bool"
         if isinstance(node, ast.IfExp):
-            test = self.expr(node.test)[0]
-            body, kind = self.expr(node.body)
-            other, other_kind = self.expr(node.orelse)
-            return f"({test} ? {body} : {other})", _promote(kind, other_kind)
+            return self.select(node)
         if isinstance(node, ast.Subscript):
             return self.subscript(node)
         if isinstance(node, ast.Call):
             return self.call(node)
         raise self.fail(node, "an expression")
+
+    def select(self, node: ast.IfExp) -> tuple[str, object]:
+        """`a if c else b`. Where an arm reads memory, both arms are read first and the select
+        picks one: a C `?:` reads only the arm it picks, and in a loop gcc then if-converts the
+        read into a masked load, which gcc 12's vectoriser miscompiles at -march=x86-64-v3 and up
+        (a select between two reads of a 7x3x2 loop nest read elements 4 places early). The
+        kernels' arms are safe to read either way: the emitter clamps every index into its
+        array, as numba's code reads them unclamped too. An arm with an integer division or
+        remainder (which could trap on the arm not picked) keeps the C `?:`."""
+        test = self.expr(node.test)[0]
+        body, kind = self.expr(node.body)
+        other, other_kind = self.expr(node.orelse)
+        arms = (node.body, node.orelse)
+        if any(_reads(arm) for arm in arms) and not any(_may_trap(arm) for arm in arms):
+            return f"XF_SELECT({test}, {body}, {other})", _promote(kind, other_kind)
+        return f"({test} ? {body} : {other})", _promote(kind, other_kind)
 
     def binop(self, node: ast.BinOp) -> tuple[str, object]:
         left, lk = self.expr(node.left)
@@ -481,6 +496,19 @@ def _promote(a, b):
             return "float"
         return _RANK[max(_RANK.index(a), _RANK.index(b), _RANK.index("int32_t"))]
     return a if b is None else b if a is None else None
+
+
+def _reads(node: ast.expr) -> bool:
+    """Whether the expression reads an array element."""
+    return any(isinstance(n, ast.Subscript) for n in ast.walk(node))
+
+
+def _may_trap(node: ast.expr) -> bool:
+    """Whether the expression divides by a value that is not a nonzero literal (an integer
+    division by zero traps in C)."""
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.FloorDiv, ast.Mod))
+               and not (isinstance(n.right, ast.Constant) and n.right.value)
+               for n in ast.walk(node))
 
 
 def _is_call(node: ast.expr, module: str, name: str) -> bool:
