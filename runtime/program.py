@@ -92,7 +92,11 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False) -> None:
     """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N). `own`: in xfuse's
-    threads, BLAS single-threaded (`blas`), a block of the batch or of the rows each."""
+    threads, BLAS single-threaded (`blas`), a block of the batch, of the rows or of the columns
+    each. BLAS packs the whole right side for each block of rows, and the whole left side for
+    each block of columns: a product wider than it is tall (N > M) splits its columns, so the
+    larger side is packed once (gelu's 256x1024 @ 1024x4096: 11.7-12.0 ms against 12.9-13.3 ms
+    by rows, and 11.8 ms in OpenBLAS's own two threads)."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
@@ -105,6 +109,8 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
             _gemm(a3, b3, o)
         elif a3.ndim == 3 and a3.shape[0] >= num_threads():
             run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e]), a3.shape[0])
+        elif m > 1 and b3.shape[-1] > m:
+            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e]), b3.shape[-1])
         elif a3.ndim == 3 and m > 1:
             run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e]), m)
         elif m > 1:

@@ -73,7 +73,7 @@ def _spy_gemm(monkeypatch) -> list:
     real = prog._gemm
 
     def gemm(a, b, out):
-        calls.append((threading.get_ident(), blas.threads(), a.shape))
+        calls.append((threading.get_ident(), blas.threads(), a.shape, b.shape))
         real(a, b, out)
 
     monkeypatch.setattr(prog, "_gemm", gemm)
@@ -84,6 +84,8 @@ def _spy_gemm(monkeypatch) -> list:
     ((512, 384), (384, 256)),  # rows split
     ((8, 128, 96), (8, 96, 128)),  # the batch split
     ((1, 700, 160), (1, 160, 200)),  # one batch: its rows split
+    ((64, 512), (512, 1024)),  # wider than tall: columns split
+    ((1, 96, 160), (1, 160, 801)),  # one batch, wider than tall: columns split (odd count)
     ((1, 4096), (4096, 1200)),  # a vector: one thread
     ((40, 30), (30, 20)),  # small: one thread
     ((64, 0), (0, 96)),  # nothing to contract: zeros
@@ -103,8 +105,14 @@ def test_own_products_match_numpy_and_run_single_threaded(monkeypatch, two_threa
         prog.matmul(a, b, out, np.dtype(np.float32), own=True)
     macs = a.size * b.shape[-1]
     big = macs >= prog.SPLIT_PRODUCT_MIN and a.shape[-2] > 1
-    assert len({ident for ident, _, _ in calls}) == (2 if big else 1)
-    assert all(counts == [1] * len(blas.controls()) for _, counts, _ in calls)
+    assert len({ident for ident, _, _, _ in calls}) == (2 if big else 1)
+    assert all(counts == [1] * len(blas.controls()) for _, counts, _, _ in calls)
+    if big and a.ndim == 2 or big and a.shape[0] < 2:  # the rows or the columns split
+        wide = b.shape[-1] > a.shape[-2]
+        assert all(part_a == a.shape for _, _, part_a, _ in calls) == wide  # each packs all of A
+        assert all(part_b == b.shape for _, _, _, part_b in calls) == (not wide)  # or all of B
+        assert sum((part_b if wide else part_a)[-1 if wide else -2] for _, _, part_a, part_b in calls) \
+            == (b.shape[-1] if wide else a.shape[-2])
     scale = np.abs(a).clip(max=1e3).sum(-1, keepdims=True) * np.abs(b).max(initial=0.0)
     assert_close(out, want, DType.F32, "own product", ACCUMULATION, scale=np.broadcast_to(scale, out.shape))
 
