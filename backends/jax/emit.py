@@ -142,6 +142,11 @@ def _convert(c: Context) -> str:
     # the intermediate f32 is written out so that every device rounds the same way
     source, to = c.operand_shapes[0].dtype, c.dtype
     x = c.args[0]
+    if source is DType.PRED and to.is_float:
+        # XLA's simplifier rewrites `convert(p) * x` (and /, +, ...) into select(p, 1 * x, 0 * x)
+        # and folds 0 * x to 0, wrong where x is NaN, an infinity or (dividing) 0: through u8,
+        # which it does not rewrite, the predicate converts as a number.
+        x, source = f"lax.convert_element_type({x}, np.uint8)", DType.U8
     if (to is DType.BF16 and source.is_integer) or (to in HALF and source is DType.F64):
         x = f"lax.convert_element_type({x}, np.float32)"
     return f"lax.convert_element_type({x}, {DTYPE_TEXT[to]})"
