@@ -12,6 +12,7 @@ from .registry import Backend, Device, host_cpu
 
 class NumbaBackend(Backend):
     name = "numba"
+    loops_at_once = True  # xfuse's runtime runs them (runtime.program)
     description = "native CPU kernels compiled by numba (LLVM), BLAS for dots"
 
     def compile(self, module: Module, **options: object):
@@ -22,6 +23,7 @@ class NumbaBackend(Backend):
 
 class CBackend(Backend):
     name = "c"
+    loops_at_once = True  # xfuse's runtime runs them (runtime.program)
     description = "kernels rendered as C and built by the system C compiler (what AOT ships)"
 
     def compile(self, module: Module, **options: object):

@@ -120,7 +120,8 @@ class Backend:
     `devices()`, and `compile(module, **options) -> executable`, where the executable is called
     with a list of input arrays and returns a list of output arrays (a tuple result gives one
     per element). `host_arrays`: whether the executable wants numpy arrays (True) or takes the
-    arrays another backend produced as they are.
+    arrays another backend produced as they are. `loops_at_once`: whether it runs independent
+    loops at once, so the default pipeline splits loops by rows for it (`rowsplit`).
     """
 
     name: str = ""
@@ -128,6 +129,7 @@ class Backend:
     capabilities: Capabilities = Capabilities()
     options: tuple[str, ...] = ()
     host_arrays: bool = True
+    loops_at_once: bool = False
 
     def devices(self) -> list[Device]:
         """The host CPU, for a backend that runs there (override for other devices)."""

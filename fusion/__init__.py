@@ -12,6 +12,7 @@ from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fuse import Fuse, kernel_count
 from .licm import LoopInvariantCodeMotion
+from .rowsplit import RowSplitLoops
 from .pipeline import (
     DEFAULT_PIPELINE,
     REGISTRY,
@@ -35,6 +36,7 @@ __all__ = [
     "Fuse",
     "FusionReport",
     "LoopInvariantCodeMotion",
+    "RowSplitLoops",
     "Machine",
     "PassError",
     "PassRecord",

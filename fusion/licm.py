@@ -161,13 +161,24 @@ def products_of_slices(body: Computation) -> Computation:
     return body if len(out) == len(body.instructions) else body.replace(instructions=tuple(out))
 
 
-def _call_counts(module: Module) -> dict[str, int]:
+def call_counts(module: Module) -> dict[str, int]:
     counts: dict[str, int] = {}
     for comp in module.computations:
         for inst in comp.instructions:
             for name in inst.callees:
                 counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def own_loops(comp: Computation, counts: dict[str, int]):
+    """(loop, condition name, body name) for each while of `comp` that alone calls its
+    condition and its body (`counts`: `call_counts` of the module)."""
+    for inst in comp.instructions:
+        if inst.op is not Op.WHILE:
+            continue
+        cond_name, body_name = inst.attr("condition"), inst.attr("body")
+        if counts.get(cond_name) == 1 and counts.get(body_name) == 1 and cond_name != body_name:
+            yield inst, cond_name, body_name
 
 
 @register("licm")
@@ -177,17 +188,11 @@ class LoopInvariantCodeMotion:
     hoisted: list = field(default_factory=list, compare=False, repr=False)
 
     def run(self, module: Module) -> Module:
-        counts = _call_counts(module)
+        counts = call_counts(module)
         current = {c.name: c for c in module.computations}
         changed = False
         for comp in module.computations:  # callees first: inner loops are hoisted into outer bodies
-            comp = current[comp.name]
-            for inst in comp.instructions:
-                if inst.op is not Op.WHILE:
-                    continue
-                cond_name, body_name = inst.attr("condition"), inst.attr("body")
-                if counts.get(cond_name) != 1 or counts.get(body_name) != 1 or cond_name == body_name:
-                    continue
+            for inst, cond_name, body_name in own_loops(current[comp.name], counts):
                 rewritten = self.hoist(current[comp.name], inst, current[cond_name], current[body_name])
                 if rewritten is not None:
                     current[comp.name], current[cond_name], current[body_name] = rewritten

@@ -125,4 +125,4 @@ def _after(ran: list[str]) -> str:
     return f" (after {', '.join(ran)})" if ran else " (the first pass)"
 
 
-DEFAULT_PIPELINE = "simplify,fold,cse,licm,dce,fuse"
+DEFAULT_PIPELINE = "simplify,fold,cse,licm,rowsplit,dce,fuse"

@@ -157,6 +157,37 @@ def run_rows(fn: Callable[[int, int], None], rows: int, split: bool = True) -> N
         raise error
 
 
+def run_each(fns: list[Callable[[], None]]) -> None:
+    """Runs each of `fns` at once, the first in this thread and the others in the pool's
+    (independent loops: the parts of a loop split by rows). Each runs as a pool worker: what it
+    calls does not split its rows again, so no part waits for a thread another part holds. With
+    one thread, or from a pool thread, they run one after another."""
+    threads = min(num_threads(), len(fns)) if not getattr(_local, "worker", False) else 1
+    if threads <= 1:
+        for fn in fns:
+            fn()
+        return
+    bounds = [len(fns) * i // threads for i in range(threads + 1)]
+
+    def chunk(start: int, end: int) -> None:
+        for fn in fns[start:end]:
+            fn()
+
+    pool = _get_pool(threads - 1)
+    pending = [pool.submit(chunk, bounds[i], bounds[i + 1]) for i in range(1, threads)]
+    _local.worker = True
+    try:
+        chunk(bounds[0], bounds[1])
+    except BaseException:
+        _wait(pending)
+        raise
+    finally:
+        _local.worker = False
+    error = _wait(pending)
+    if error is not None:
+        raise error
+
+
 def _wait(pending: list[_Pending]) -> BaseException | None:
     """Waits for every chunk; the first exception raised in one, if any."""
     error = None

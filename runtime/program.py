@@ -22,6 +22,7 @@ Imports numpy and the standard library only.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -30,7 +31,7 @@ from . import blas
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
-from .parallel import num_threads, run_rows
+from .parallel import num_threads, run_each, run_rows
 from .pool import POOL
 
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
@@ -317,6 +318,44 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
 
 
 # ---------------------------------------------------------------------------- programs
+def _loops_side_by_side(steps: list[dict]) -> bool:
+    """Whether two loops of these steps run at once (`_beside_loop`): then, as where kernels
+    are split, products run in xfuse's threads, and no BLAS thread spins beside the loops."""
+    return any(a["op"] == b["op"] == "while" and not set(b["inputs"]) & set(a["outputs"])
+               for a, b in itertools.pairwise(steps))
+
+
+def _beside_loop(steps: list[Step], loop: Step) -> Step:
+    """`loop`, or, when the step before it is a loop (or loops) whose results it does not read,
+    one step running them all at once (`run_each`): the parts of a loop split by rows
+    (`fusion.rowsplit`), or any independent loops. The step before is taken off `steps`."""
+    last = steps[-1] if steps else None
+    loops = getattr(last.run, "loops", None) if last is not None else None
+    if last is None or loops is None or set(loop.inputs) & set(last.outputs):
+        loop.run.loops = [(loop.run, len(loop.inputs))]
+        return loop
+    steps.pop()
+    members = [*loops, (loop.run, len(loop.inputs))]
+
+    def run(inputs: list) -> list:
+        results: list = [None] * len(members)
+        starts = [sum(n for _, n in members[:k]) for k in range(len(members))]
+
+        def part(k: int) -> Callable[[], None]:
+            def go() -> None:
+                member, n = members[k]
+                results[k] = member(inputs[starts[k]:starts[k] + n])
+            return go
+
+        run_each([part(k) for k in range(len(members))])
+        return [out for each in results for out in each]
+
+    run.loops = members
+    name = f"{last.name}+{loop.name}"
+    return Step(name, "alias", run, (*last.inputs, *loop.inputs), (*last.outputs, *loop.outputs),
+                label=f"{last.label} | {loop.label}")
+
+
 def _alias(step: dict) -> tuple[Callable, int | None]:
     kind = step["kind"]
     if kind == "tuple":
@@ -339,7 +378,8 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     products run in xfuse's threads (`blas`); by default, where any kernel of the program,
     nested ones included, is split over threads and BLAS's thread count can be set."""
     if own is None:
-        own = blas.available() and any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
+        own = blas.available() and (any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
+                                    or _loops_side_by_side(program["steps"]))
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     for s in program["steps"]:
@@ -373,7 +413,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             body = build(s["body"], kernels, constants, sources, own)
             native = kernels.get(s.get("native", ""))
             run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
-            steps.append(Step(s["name"], "alias", run, inputs, outputs, label=s["label"]))
+            steps.append(_beside_loop(steps, Step(s["name"], "alias", run, inputs, outputs, label=s["label"])))
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
         elif op == "conditional":

@@ -116,6 +116,8 @@ def compile_module(
     second = REGISTRY.get(choice.fallback) if choice.fallback else None
     module, custom, outlined = placement.outline_kernels(module, REGISTRY.kernels_for(primary.name))
     pipeline = parse_pipeline(passes)
+    if passes is None and not getattr(primary, "loops_at_once", False):
+        pipeline = [p for p in pipeline if p.name != "rowsplit"]  # its parts would run in turn
     result = run_pipeline(module, pipeline)
     optimized = result.module
     reports = [r for p in pipeline if isinstance(p, Fuse) for r in p.reports]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import linecache
 import math
+import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -538,6 +539,9 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
     return numba.njit(**DRIVER, cache=False, pipeline_class=DriverCompiler)(namespace[name])
 
 
+_SETTLING = threading.Lock()
+
+
 def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict | None) -> Callable:
     """run(state) -> the final state (a list), or None when numba cannot compile the loop."""
     driver = write_driver(step, kernels, constants, name, bodies)
@@ -558,8 +562,10 @@ def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict 
             failed[0] = True
             return None
         if first[0]:  # compiled (with its callees) or loaded from the disk cache
-            first[0] = False
-            settle(fn)
+            with _SETTLING:  # the parts of a split loop share the driver: one of them settles it
+                if first[0]:
+                    first[0] = False
+                    settle(fn)
         return [unshared(x, owned).reshape(dims) for x, dims in zip(final, state_dims)]
 
     run.source, run.driver = source, driver
@@ -570,10 +576,17 @@ def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | N
     """Drivers for every eligible while step of `program` (nested ones too), each step marked
     with its driver's name. `bodies`: the lowering's fused computation of each kernel."""
     drivers: dict[str, Kernel] = {}
+    seen: dict[str, str] = {}  # a driver's source under a common name -> its driver's name
     for step in walk(program):
         if not eligible(step):
             continue
         name = "loop_" + "".join(c if c.isalnum() else "_" for c in step["name"]) + f"_{len(drivers)}"
+        # Loops of one body and condition over the same shapes (the parts of a loop split by
+        # rows) share one driver: it is compiled once.
+        common = write_driver(step, kernels, constants, "loop", bodies).source
+        if common in seen:
+            step["native"] = seen[common]
+            continue
         drivers[name] = Kernel(_driver(step, kernels, constants, name, bodies))
-        step["native"] = name
+        step["native"] = seen[common] = name
     return drivers

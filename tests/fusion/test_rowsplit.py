@@ -1,0 +1,194 @@
+"""The `rowsplit` pass: a loop whose body keeps the rows of a batch apart runs as one loop per
+part of the batch, and the parts run at once. A scanned RNN splits (its state, its stacked
+output and its hoisted input products along the batch), and gives the same results on every
+backend as unsplit and as jax.jit, with NaN, infinities and -0.0 in its inputs; loops whose rows
+mix (a sum over the batch, a roll of the rows, a condition on the state), small loops, and
+one-thread runs stay whole; the parts run on two threads."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import xfuse
+from tests.tolerances import ACCUMULATION, assert_close
+from xfuse.fusion import RowSplitLoops, parse_pipeline, run_pipeline
+from xfuse.hlo import DType, Op, interpret, verify
+from xfuse.runtime import parallel
+from xfuse.runtime import program as prog
+
+BATCH, FEATURES, HIDDEN, STEPS = 16, 32, 128, 6  # 16 x 128 x 128: 2**18 multiply-adds a step
+
+
+def rnn(xs, wx, wh, b):
+    def cell(h, x):
+        h = jnp.tanh(x @ wx + h @ wh + b)
+        return h, h
+
+    return lax.scan(cell, jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype), xs)[1]
+
+
+def rnn_mixing_rows(xs, wx, wh, b):
+    def cell(h, x):
+        h = jnp.tanh(x @ wx + h @ wh + b + jnp.mean(h, axis=0))  # every row reads every row
+        return h, h
+
+    return lax.scan(cell, jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype), xs)[1]
+
+
+def rnn_rolling_rows(xs, wx, wh, b):
+    def cell(h, x):
+        h = jnp.tanh(x @ wx + jnp.roll(h, 1, axis=0) @ wh + b)  # row r reads row r - 1
+        return h, h
+
+    return lax.scan(cell, jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype), xs)[1]
+
+
+def rnn_until_large(xs, wx, wh, b):
+    def cond(state):
+        t, h = state
+        return (t < xs.shape[0]) & (jnp.max(jnp.abs(h)) < 0.999)  # the condition reads every row
+
+    def body(state):
+        t, h = state
+        return t + 1, jnp.tanh(xs[t] @ wx + h @ wh + b)
+
+    return lax.while_loop(cond, body, (0, jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype)))[1]
+
+
+def arguments(batch=BATCH, hidden=HIDDEN, edges=True):
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((STEPS, batch, FEATURES)).astype(np.float32)
+    wx = (rng.standard_normal((FEATURES, hidden)) / 8).astype(np.float32)
+    wh = (rng.standard_normal((hidden, hidden)) / 16).astype(np.float32)
+    b = rng.standard_normal(hidden).astype(np.float32) / 4
+    if edges:  # rows 1, 9 and 14 meet NaN, an infinity and -0.0 (each stays in its own row)
+        xs[2, 1, 3], xs[0, 9, 5], xs[4, 14, :] = np.nan, np.inf, -0.0
+    return xs, wx, wh, b
+
+
+def split_of(fn, *args, parts=2):
+    """(the module before the pass, after it, the pass)."""
+    module = xfuse.jit(fn, passes="none").lower(*args).module
+    before = run_pipeline(module, parse_pipeline("simplify,fold,cse,licm")).module
+    rowsplit = RowSplitLoops(parts=parts)
+    after = rowsplit.run(before)
+    verify(after)
+    return before, after, rowsplit
+
+
+def loops(module):
+    return [i for i in module.entry_computation.instructions if i.op is Op.WHILE]
+
+
+def test_an_rnn_runs_as_two_loops_over_half_its_batch_each():
+    args = arguments()
+    before, after, rowsplit = split_of(rnn, *args)
+    (split,) = rowsplit.splits
+    assert (split.parts, split.rows) == (2, BATCH)
+    assert "runs as 2 loops over 8 of its 16 rows" in str(split)
+    first, second = loops(after)
+    assert first.attr("body") == second.attr("body")  # one body, of the part's shapes
+    body = {c.name: c for c in after.computations}[first.attr("body")]
+    h = body.parameters[next(k for k, a in enumerate(split.axes) if a == 0)]
+    assert h.shape.dims == (BATCH // 2, HIDDEN)
+    want = np.asarray(interpret(before, *args))
+    got = np.asarray(interpret(after, *args))
+    np.testing.assert_array_equal(got, want)  # the same operations on each row: bit for bit
+    assert np.isnan(got[2:, 1]).any() and not np.isnan(np.delete(got, [1, 9, 14], axis=1)).any()
+
+
+@pytest.mark.parametrize("backend", ["numba", "c", "jax", "reference"])
+def test_a_split_rnn_agrees_with_jax_jit(backend):
+    """numba and C (xfuse's runtime runs the parts at once) split by default; the jax and
+    reference backends run the parts in turn, so only a pipeline naming the pass splits there."""
+    args = arguments()
+    default = xfuse.jit(rnn, backend=backend).lower(*args).compile()
+    splits = any(r.name == "rowsplit" and r.changed for r in default.pass_history())
+    assert splits == (backend in ("numba", "c"))
+    compiled = default if splits else xfuse.jit(
+        rnn, backend=backend, passes="simplify,fold,cse,licm,rowsplit,dce,fuse").lower(*args).compile()
+    assert any(r.name == "rowsplit" and r.changed for r in compiled.pass_history())
+    got = np.asarray(compiled(*args))
+    want = np.asarray(jax.jit(rnn)(*args))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got, want, DType.F32, f"split rnn on {backend}", ACCUMULATION, scale=np.full(got.shape, 4.0))
+
+
+@pytest.mark.parametrize("fn", [rnn_mixing_rows, rnn_rolling_rows, rnn_until_large])
+def test_a_loop_whose_rows_mix_stays_whole(fn):
+    args = arguments(edges=False)
+    before, after, rowsplit = split_of(fn, *args)
+    assert rowsplit.splits == [] and after is before
+    got = np.asarray(xfuse.jit(fn)(*args))
+    assert_close(got, np.asarray(jax.jit(fn)(*args)), DType.F32, fn.__name__, ACCUMULATION,
+                 scale=np.full(got.shape, 4.0))
+
+
+def test_a_small_loop_and_one_part_stay_whole():
+    _, _, small = split_of(rnn, *arguments(batch=4, hidden=16, edges=False))
+    assert small.splits == []
+    _, _, alone = split_of(rnn, *arguments(), parts=1)
+    assert alone.splits == []
+
+
+def test_the_parts_run_at_once_on_two_threads(monkeypatch):
+    parallel.set_num_threads(2)
+    threads, real = [], prog.run_each
+
+    def run_each(fns):
+        def traced(fn):
+            def go():
+                threads.append(threading.get_ident())
+                fn()
+            return go
+
+        real([traced(fn) for fn in fns])
+
+    monkeypatch.setattr(prog, "run_each", run_each)
+    try:
+        args = arguments()
+        got = np.asarray(xfuse.jit(rnn)(*args))
+    finally:
+        parallel.set_num_threads(None)
+    assert len(threads) == 2 and len(set(threads)) == 2
+    assert_close(got, np.asarray(jax.jit(rnn)(*args)), DType.F32, "rnn", ACCUMULATION,
+                 scale=np.full(got.shape, 4.0))
+
+
+def rnn_transposed_weight(xs, wx, wh, b):
+    def cell(h, x):
+        h = jnp.tanh(x @ wx + h @ wh.T + b)  # a transpose of a matrix the same in every row
+        return h, h
+
+    return lax.scan(cell, jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype), xs)[1]
+
+
+def rnn_batch_last(xs, wx, wh, b):
+    def cell(h, x):  # h is (hidden, batch): the batch is the right side's free axis
+        h = jnp.tanh(wx.T @ x.T + wh @ h + b[:, None])
+        return h, h.T
+
+    return lax.scan(cell, jnp.zeros((wh.shape[0], xs.shape[1]), xs.dtype), xs)[1]
+
+
+def leaky_fori(xs, wx, wh, b):
+    h0 = jnp.tanh(xs[0] @ wx)
+    return lax.fori_loop(0, 5, lambda i, h: jnp.tanh(h @ wh + b) * 0.5 + h * 0.5, h0)
+
+
+@pytest.mark.parametrize("fn", [rnn_transposed_weight, rnn_batch_last, leaky_fori])
+def test_other_loops_that_keep_rows_apart_split(fn):
+    args = arguments()
+    before, after, rowsplit = split_of(fn, *args)
+    assert len(rowsplit.splits) == 1 and len(loops(after)) == 2
+    np.testing.assert_array_equal(np.asarray(interpret(after, *args)), np.asarray(interpret(before, *args)))
+    got = np.asarray(xfuse.jit(fn)(*args))
+    want = np.asarray(jax.jit(fn)(*args))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got, want, DType.F32, fn.__name__, ACCUMULATION, scale=np.full(got.shape, 4.0))
