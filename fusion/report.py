@@ -38,6 +38,7 @@ class FusionReport:
     decisions: list[DecisionInfo] = field(default_factory=list)
     kernels: int = 0  # fusions plus instructions that run as kernels of their own
     placements: list[PlacementInfo] = field(default_factory=list)
+    loops: list[str] = field(default_factory=list)  # what licm hoisted and rowsplit split
 
     def refused(self) -> list[DecisionInfo]:
         return [d for d in self.decisions if not d.fused]
@@ -49,6 +50,7 @@ class FusionReport:
             "fusions": [asdict(f) for f in self.fusions],
             "decisions": [asdict(d) for d in self.decisions],
             "placements": [asdict(p) for p in self.placements],
+            "loops": list(self.loops),
         }
 
     def __str__(self) -> str:
@@ -67,6 +69,10 @@ class FusionReport:
             for d in self.decisions:
                 verdict = "fused  " if d.fused else "refused"
                 lines.append(f"  {verdict} {d.producer} ({d.op}) -> {d.target}: {d.reason}")
+        if self.loops:
+            lines.append("")
+            lines.append("Loops:")
+            lines.extend(f"  {line}" for line in self.loops)
         if self.placements:
             lines.append("")
             lines.append("Placement (registered kernels, and what the backend left to its fallback):")

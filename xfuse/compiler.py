@@ -126,6 +126,7 @@ def compile_module(
         from xfuse.fusion import kernel_count
 
         report.kernels = kernel_count(optimized)
+    report.loops = [str(done) for p in pipeline for done in (*getattr(p, "hoisted", ()), *getattr(p, "splits", ()))]
     segments, placed = placement.place(optimized, primary, second, custom)
     report.placements = [PlacementInfo(d.instruction, d.what, d.target, d.reason) for d in outlined + placed]
     options = choice.option_dict
