@@ -10,7 +10,8 @@ The proof is an axis per value of the loop (the body and the condition): either 
 value the same in every part (the counter, the weights), or the axis along which the value's
 rows belong to the parts. Each op has a rule: an elementwise op keeps its operands' axis; a dot
 keeps a free axis of one side when the other side is the same in every part; a reshape keeps an
-axis whose extent and the product of the dims before it it keeps; a dynamic slice or update
+axis whose extent and the product of the dims before it it keeps; a transpose, and a reversal
+of other axes, move it; a dynamic slice or update
 keeps an axis it takes whole; a reduction keeps an axis it does not reduce; and so on. Anything
 else that reads a split value (a reduction over the batch, a dot contracting it, `h @ h.T`)
 disproves it. A broadcast of a value the same in every part may be split along an axis it
@@ -107,6 +108,8 @@ class _Proof:
             self.need(inst.operands[0], _reshaped_axis(_dims(inst), _dims(self.comp[inst.operands[0]]), a))
         elif op is Op.TRANSPOSE:
             self.need(inst.operands[0], inst.attr("permutation")[a])
+        elif op is Op.REV and a not in inst.attr("dimensions"):
+            self.need(inst.operands[0], a)
         elif op is Op.DYNAMIC_SLICE and _dims(self.comp[inst.operands[0]])[a] == _dims(inst)[a]:
             self.need(inst.operands[0], a)
         elif op is Op.DOT_GENERAL:
@@ -151,6 +154,10 @@ class _Proof:
             return inst.attr("dims")[ins[0]]
         if op is Op.TRANSPOSE:
             return inst.attr("permutation").index(ins[0])
+        if op is Op.REV:
+            if ins[0] in inst.attr("dimensions"):
+                raise _Disproved(f"{name} reverses the split axis")
+            return ins[0]
         if op is Op.RESHAPE:
             return _reshaped_axis(_dims(self.comp[inst.operands[0]]), _dims(inst), ins[0])
         if op in REDUCTIONS or op in (Op.ARGMAX, Op.ARGMIN):
