@@ -194,3 +194,16 @@ def test_other_loops_that_keep_rows_apart_split(fn):
     want = np.asarray(jax.jit(fn)(*args))
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert_close(got, want, DType.F32, fn.__name__, ACCUMULATION, scale=np.full(got.shape, 4.0))
+
+
+def test_an_aot_artifact_of_a_split_rnn_runs_its_parts_at_once(tmp_path):
+    from xfuse import aot
+
+    args = arguments()
+    compiled = xfuse.jit(rnn, backend="c").lower(*args).compile()
+    loaded = aot.load(compiled.save(tmp_path / "rnn.xfa"))
+    assert any("+" in s.name and "while" in s.label for s in loaded.executable.steps)  # one step, both loops
+    got = np.asarray(loaded(*args))
+    np.testing.assert_array_equal(got, np.asarray(compiled(*args)))
+    assert_close(got, np.asarray(jax.jit(rnn)(*args)), DType.F32, "aot rnn", ACCUMULATION,
+                 scale=np.full(got.shape, 4.0))
