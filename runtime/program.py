@@ -318,20 +318,26 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
 
 
 # ---------------------------------------------------------------------------- programs
+def _parts(a: dict, b: dict) -> bool:
+    """Whether while steps `a` and `b` are parts of one loop split by rows (`fusion.rowsplit`):
+    one body and one condition, and `b` reads nothing `a` makes."""
+    return a["op"] == b["op"] == "while" and a.get("computations", 0) == b.get("computations", 1) \
+        and not set(b["inputs"]) & set(a["outputs"])
+
+
 def _loops_side_by_side(steps: list[dict]) -> bool:
     """Whether two loops of these steps run at once (`_beside_loop`): then, as where kernels
     are split, products run in xfuse's threads, and no BLAS thread spins beside the loops."""
-    return any(a["op"] == b["op"] == "while" and not set(b["inputs"]) & set(a["outputs"])
-               for a, b in itertools.pairwise(steps))
+    return any(_parts(a, b) for a, b in itertools.pairwise(steps))
 
 
-def _beside_loop(steps: list[Step], loop: Step) -> Step:
-    """`loop`, or, when the step before it is a loop (or loops) whose results it does not read,
-    one step running them all at once (`run_each`): the parts of a loop split by rows
-    (`fusion.rowsplit`), or any independent loops. The step before is taken off `steps`."""
+def _beside_loop(steps: list[Step], loop: Step, part_of: bool) -> Step:
+    """`loop`, or, when it and the step before are parts of one loop split by rows (`part_of`),
+    one step running the parts at once (`run_each`). The step before is taken off `steps`.
+    Other loops run one after another: a small loop would lose more to the hand-off."""
     last = steps[-1] if steps else None
     loops = getattr(last.run, "loops", None) if last is not None else None
-    if last is None or loops is None or set(loop.inputs) & set(last.outputs):
+    if last is None or loops is None or not part_of:
         loop.run.loops = [(loop.run, len(loop.inputs))]
         return loop
     steps.pop()
@@ -382,7 +388,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
                                     or _loops_side_by_side(program["steps"]))
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
-    for s in program["steps"]:
+    for at, s in enumerate(program["steps"]):
         op, inputs, outputs = s["op"], tuple(s["inputs"]), tuple(s["outputs"])
         if op == "alias":
             run, element = _alias(s)
@@ -413,7 +419,8 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             body = build(s["body"], kernels, constants, sources, own)
             native = kernels.get(s.get("native", ""))
             run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
-            steps.append(_beside_loop(steps, Step(s["name"], "alias", run, inputs, outputs, label=s["label"])))
+            part_of = at > 0 and _parts(program["steps"][at - 1], s)
+            steps.append(_beside_loop(steps, Step(s["name"], "alias", run, inputs, outputs, label=s["label"]), part_of))
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
         elif op == "conditional":

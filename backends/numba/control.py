@@ -41,6 +41,7 @@ def control_step(
             "body": program,
             "flat": _flat(body),
             "label": f"while {body.name}",
+            "computations": [condition.name, body.name],  # loops of one body: a split loop's parts
             "owned": sorted(s["window"]["state"] for s in program["steps"] if "window" in s),
         }
     branches = [module[name] for name in inst.attr("branches")]

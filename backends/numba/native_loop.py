@@ -581,12 +581,17 @@ def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | N
         if not eligible(step):
             continue
         name = "loop_" + "".join(c if c.isalnum() else "_" for c in step["name"]) + f"_{len(drivers)}"
-        # Loops of one body and condition over the same shapes (the parts of a loop split by
-        # rows) share one driver: it is compiled once.
-        common = write_driver(step, kernels, constants, "loop", bodies).source
-        if common in seen:
-            step["native"] = seen[common]
+        # Loops whose drivers are the same text calling kernels that compute the same (the
+        # parts of a loop split by rows) share one driver: it is compiled once.
+        common = write_driver(step, kernels, constants, "loop", bodies)
+        known = not any(line.endswith(": None") for line in common.identity)
+        key = "\n".join([common.source, *common.identity, *(_digest(repr((a.dtype, a.shape)) + a.tobytes().hex())
+                                                            for a in map(np.asarray, common.constants))])
+        if known and key in seen:
+            step["native"] = seen[key]
             continue
         drivers[name] = Kernel(_driver(step, kernels, constants, name, bodies))
-        step["native"] = seen[common] = name
+        step["native"] = name
+        if known:
+            seen[key] = name
     return drivers

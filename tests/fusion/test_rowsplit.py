@@ -18,7 +18,8 @@ from jax import lax
 import xfuse
 from tests.tolerances import ACCUMULATION, assert_close
 from xfuse.fusion import RowSplitLoops, parse_pipeline, run_pipeline
-from xfuse.hlo import DType, Op, interpret, verify
+from xfuse.compiler import compile_module, make_choice
+from xfuse.hlo import DType, Op, interpret, parse, verify
 from xfuse.runtime import parallel
 from xfuse.runtime import program as prog
 
@@ -207,3 +208,65 @@ def test_an_aot_artifact_of_a_split_rnn_runs_its_parts_at_once(tmp_path):
     np.testing.assert_array_equal(got, np.asarray(compiled(*args)))
     assert_close(got, np.asarray(jax.jit(rnn)(*args)), DType.F32, "aot rnn", ACCUMULATION,
                  scale=np.full(got.shape, 4.0))
+
+
+TWO_LOOPS = """HloModule two
+
+cond_a (p0: s32[], p1: f32[8]) -> pred[] {
+  p0 = s32[] parameter(0)
+  p1 = f32[8] parameter(1)
+  c = s32[] constant(3)
+  ROOT lt = pred[] lt(p0, c)
+}
+
+body_a (p0: s32[], p1: f32[8]) -> (s32[], f32[8]) {
+  p0 = s32[] parameter(0)
+  p1 = f32[8] parameter(1)
+  one = s32[] constant(1)
+  n = s32[] add(p0, one)
+  s = f32[8] sin(p1)
+  ROOT t = (s32[], f32[8]) tuple(n, s)
+}
+
+cond_b (p0: s32[], p1: f32[8]) -> pred[] {
+  p0 = s32[] parameter(0)
+  p1 = f32[8] parameter(1)
+  c = s32[] constant(4)
+  ROOT lt = pred[] lt(p0, c)
+}
+
+body_b (p0: s32[], p1: f32[8]) -> (s32[], f32[8]) {
+  p0 = s32[] parameter(0)
+  p1 = f32[8] parameter(1)
+  one = s32[] constant(1)
+  n = s32[] add(p0, one)
+  s = f32[8] cos(p1)
+  ROOT t = (s32[], f32[8]) tuple(n, s)
+}
+
+ENTRY main (x: f32[8], i: s32[]) -> ((s32[], f32[8]), (s32[], f32[8])) {
+  x = f32[8] parameter(0)
+  i = s32[] parameter(1)
+  wa = (s32[], f32[8]) while(i, x), condition=cond_a, body=body_a
+  wb = (s32[], f32[8]) while(i, x), condition=cond_b, body=body_b
+  ROOT r = ((s32[], f32[8]), (s32[], f32[8])) tuple(wa, wb)
+}
+"""
+
+
+def test_two_different_loops_run_one_after_the_other():
+    """Only the parts of one split loop run at once: two unrelated loops, side by side and
+    independent, run in turn (small ones would lose more to the hand-off than they gain)."""
+    module = parse(TWO_LOOPS)
+    executable = compile_module(module, make_choice("numba"), "none").executable
+    loops = [s for s in executable.steps if "while" in s.label]
+    assert len(loops) == 2 and not any("+" in s.name for s in loops)
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    (_, a), (_, b) = executable([x, np.array(0, np.int32)])
+    want_a, want_b = x, x
+    for _ in range(3):
+        want_a = np.sin(want_a)
+    for _ in range(4):
+        want_b = np.cos(want_b)
+    assert_close(np.asarray(a), want_a, DType.F32, "loop a", ACCUMULATION, scale=1.0)
+    assert_close(np.asarray(b), want_b, DType.F32, "loop b", ACCUMULATION, scale=1.0)
