@@ -210,40 +210,16 @@ def test_an_aot_artifact_of_a_split_rnn_runs_its_parts_at_once(tmp_path):
                  scale=np.full(got.shape, 4.0))
 
 
-TWO_LOOPS = """HloModule two
+def _loop_text(suffix: str, bound: int, fn: str) -> str:
+    """A condition `i < bound` and a body `(i + 1, fn(v))` over (s32[], f32[8])."""
+    params = "  p0 = s32[] parameter(0)\n  p1 = f32[8] parameter(1)\n"
+    return (f"cond_{suffix} (p0: s32[], p1: f32[8]) -> pred[] {{\n{params}  c = s32[] constant({bound})\n"
+            f"  ROOT lt = pred[] lt(p0, c)\n}}\n\n"
+            f"body_{suffix} (p0: s32[], p1: f32[8]) -> (s32[], f32[8]) {{\n{params}  one = s32[] constant(1)\n"
+            f"  n = s32[] add(p0, one)\n  s = f32[8] {fn}(p1)\n  ROOT t = (s32[], f32[8]) tuple(n, s)\n}}\n\n")
 
-cond_a (p0: s32[], p1: f32[8]) -> pred[] {
-  p0 = s32[] parameter(0)
-  p1 = f32[8] parameter(1)
-  c = s32[] constant(3)
-  ROOT lt = pred[] lt(p0, c)
-}
 
-body_a (p0: s32[], p1: f32[8]) -> (s32[], f32[8]) {
-  p0 = s32[] parameter(0)
-  p1 = f32[8] parameter(1)
-  one = s32[] constant(1)
-  n = s32[] add(p0, one)
-  s = f32[8] sin(p1)
-  ROOT t = (s32[], f32[8]) tuple(n, s)
-}
-
-cond_b (p0: s32[], p1: f32[8]) -> pred[] {
-  p0 = s32[] parameter(0)
-  p1 = f32[8] parameter(1)
-  c = s32[] constant(4)
-  ROOT lt = pred[] lt(p0, c)
-}
-
-body_b (p0: s32[], p1: f32[8]) -> (s32[], f32[8]) {
-  p0 = s32[] parameter(0)
-  p1 = f32[8] parameter(1)
-  one = s32[] constant(1)
-  n = s32[] add(p0, one)
-  s = f32[8] cos(p1)
-  ROOT t = (s32[], f32[8]) tuple(n, s)
-}
-
+TWO_LOOPS = "HloModule two\n\n" + _loop_text("a", 3, "sin") + _loop_text("b", 4, "cos") + """\
 ENTRY main (x: f32[8], i: s32[]) -> ((s32[], f32[8]), (s32[], f32[8])) {
   x = f32[8] parameter(0)
   i = s32[] parameter(1)
