@@ -285,7 +285,7 @@ def _split_macs(body: Computation, axes: dict) -> int:
     return total
 
 
-def _halved(comp: Computation, axes: dict, parts: int, name: str) -> Computation:
+def _halved(comp: Computation, axes: dict, parts: int) -> Computation:
     """`comp` for one part: each split value's axis `parts` times shorter."""
     out = []
     for inst in comp.instructions:
@@ -305,7 +305,7 @@ def _halved(comp: Computation, axes: dict, parts: int, name: str) -> Computation
         shapes = {i.name: i.shape for i in out}
         out = [i.replace(shape=TupleShape(tuple(shapes[o] for o in i.operands))) if i.name == root.name else i
                for i in out]
-    return comp.replace(name=name, instructions=tuple(out))
+    return comp.replace(instructions=tuple(out))
 
 
 def default_parts() -> int:
@@ -325,7 +325,6 @@ class RowSplitLoops:
     name: str = "rowsplit"
     parts: int = 0  # 0: the runtime's thread count
     splits: list = field(default_factory=list, compare=False, repr=False)
-    roots: dict = field(default_factory=dict, compare=False, repr=False)  # the entry's root, renamed
 
     def run(self, module: Module) -> Module:
         parts = self.parts or min(default_parts(), 2)
@@ -334,22 +333,19 @@ class RowSplitLoops:
         counts = call_counts(module)
         entry = module.entry_computation
         current = {c.name: c for c in module.computations}
-        instructions = list(entry.instructions)
+        instructions, root = list(entry.instructions), entry.root
         changed = False
         for loop, cond_name, body_name in own_loops(entry, counts):
             found = self.best(current[body_name], current[cond_name], parts)
             if found is None:
                 continue
             state, body_axes, cond_axes = found
-            current[body_name] = _halved(current[body_name], body_axes, parts, body_name)
-            current[cond_name] = _halved(current[cond_name], cond_axes, parts, cond_name)
-            instructions = self.rewrite(instructions, loop, state, parts, entry.root)
+            current[body_name] = _halved(current[body_name], body_axes, parts)
+            current[cond_name] = _halved(current[cond_name], cond_axes, parts)
+            instructions, root = self.rewrite(instructions, loop, state, parts, root)
             changed = True
         if not changed:
             return module
-        root = entry.root
-        while self.roots.get(root, root) != root:
-            root = self.roots[root]
         current[entry.name] = entry.replace(instructions=tuple(instructions), root=root)
         return module.replace(computations=tuple(current[c.name] for c in module.computations))
 
@@ -378,9 +374,12 @@ class RowSplitLoops:
                     best, best_macs = found, macs
         return best if best_macs >= MIN_SPLIT_MACS else None
 
-    def rewrite(self, instructions: list, loop: Instruction, state: dict, parts: int, root: str) -> list:
+    def rewrite(self, instructions: list, loop: Instruction, state: dict, parts: int, root: str) -> tuple[list, str]:
+        """(the instructions with `loop` split into `parts` loops, the root, renamed where it
+        read an element of the loop)."""
         namer = Namer(i.name for i in instructions)
-        rows = next(_dims_of(instructions, loop.operands[k])[a] for k, a in state.items() if a is not None)
+        by_name = {i.name: i for i in instructions}
+        rows = next(by_name[loop.operands[k]].shape.dims[a] for k, a in state.items() if a is not None)
         size = rows // parts
         made, loops = [], []
         shared: dict[int, str] = {}  # state element -> the smaller broadcast every part starts from
@@ -391,10 +390,9 @@ class RowSplitLoops:
                 if a is None:
                     operands.append(o)
                     continue
-                dims = _dims_of(instructions, o)
-                shape = _shape_of(instructions, o)
-                smaller = Shape(shape.dtype, tuple(size if i == a else d for i, d in enumerate(dims)))
-                source = next(i for i in instructions if i.name == o)
+                source = by_name[o]
+                dims = source.shape.dims
+                smaller = Shape(source.shape.dtype, tuple(size if i == a else d for i, d in enumerate(dims)))
                 if source.op is Op.BROADCAST_IN_DIM and a not in source.attr("dims"):
                     # the same along the axis (a state's zeros): a smaller broadcast, no slice
                     if p == 0:
@@ -438,7 +436,6 @@ class RowSplitLoops:
         # left for other users, and to dce).
         rename = {i.name: results[i.attr("index")] for i in instructions
                   if i.op is Op.GET_TUPLE_ELEMENT and i.operands == (loop.name,)}
-        self.roots[root] = rename.get(root, root)
         out = []
         for inst in instructions:
             if inst.name == loop.name:
@@ -446,12 +443,4 @@ class RowSplitLoops:
             elif inst.name not in rename:
                 operands = tuple(rename.get(o, o) for o in inst.operands)
                 out.append(inst if operands == inst.operands else inst.replace(operands=operands))
-        return out
-
-
-def _shape_of(instructions: list, name: str) -> Shape:
-    return next(i.shape for i in instructions if i.name == name)
-
-
-def _dims_of(instructions: list, name: str) -> tuple[int, ...]:
-    return _shape_of(instructions, name).dims
+        return out, rename.get(root, root)

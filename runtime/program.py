@@ -321,7 +321,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
 def _parts(a: dict, b: dict) -> bool:
     """Whether while steps `a` and `b` are parts of one loop split by rows (`fusion.rowsplit`):
     one body and one condition, and `b` reads nothing `a` makes."""
-    return a["op"] == b["op"] == "while" and a.get("computations", 0) == b.get("computations", 1) \
+    return a["op"] == b["op"] == "while" and "computations" in a and a["computations"] == b.get("computations") \
         and not set(b["inputs"]) & set(a["outputs"])
 
 
@@ -335,17 +335,14 @@ def _beside_loop(steps: list[Step], loop: Step, part_of: bool) -> Step:
     """`loop`, or, when it and the step before are parts of one loop split by rows (`part_of`),
     one step running the parts at once (`run_each`). The step before is taken off `steps`.
     Other loops run one after another: a small loop would lose more to the hand-off."""
-    last = steps[-1] if steps else None
-    loops = getattr(last.run, "loops", None) if last is not None else None
-    if last is None or loops is None or not part_of:
-        loop.run.loops = [(loop.run, len(loop.inputs))]
+    if not part_of:
         return loop
-    steps.pop()
-    members = [*loops, (loop.run, len(loop.inputs))]
+    last = steps.pop()
+    members = [*getattr(last.run, "parts", [(last.run, len(last.inputs))]), (loop.run, len(loop.inputs))]
+    starts = [sum(n for _, n in members[:k]) for k in range(len(members))]
 
     def run(inputs: list) -> list:
         results: list = [None] * len(members)
-        starts = [sum(n for _, n in members[:k]) for k in range(len(members))]
 
         def part(k: int) -> Callable[[], None]:
             def go() -> None:
@@ -356,10 +353,9 @@ def _beside_loop(steps: list[Step], loop: Step, part_of: bool) -> Step:
         run_each([part(k) for k in range(len(members))])
         return [out for each in results for out in each]
 
-    run.loops = members
-    name = f"{last.name}+{loop.name}"
-    return Step(name, "alias", run, (*last.inputs, *loop.inputs), (*last.outputs, *loop.outputs),
-                label=f"{last.label} | {loop.label}")
+    run.parts = members
+    return Step(f"{last.name}+{loop.name}", "alias", run, (*last.inputs, *loop.inputs),
+                (*last.outputs, *loop.outputs), label=f"{last.label} | {loop.label}")
 
 
 def _alias(step: dict) -> tuple[Callable, int | None]:

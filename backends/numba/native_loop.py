@@ -542,9 +542,9 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
 _SETTLING = threading.Lock()
 
 
-def _driver(step: dict, kernels: dict, constants: dict, name: str, bodies: dict | None) -> Callable:
-    """run(state) -> the final state (a list), or None when numba cannot compile the loop."""
-    driver = write_driver(step, kernels, constants, name, bodies)
+def _driver(step: dict, driver: Driver, name: str) -> Callable:
+    """run(state) -> the final state (a list), or None when numba cannot compile the loop;
+    `driver`: the loop's, written as `name`."""
     source, used, arrays, identity = driver.source, driver.used, driver.constants, driver.identity
     specs = step["body"]["param_specs"]
     state_dims = [tuple(dims) for dims, _ in specs]
@@ -576,21 +576,21 @@ def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | N
     """Drivers for every eligible while step of `program` (nested ones too), each step marked
     with its driver's name. `bodies`: the lowering's fused computation of each kernel."""
     drivers: dict[str, Kernel] = {}
-    seen: dict[str, str] = {}  # a driver's source under a common name -> its driver's name
+    seen: dict[str, str] = {}  # what a driver is (`key` below) -> its name
     for step in walk(program):
         if not eligible(step):
             continue
         name = "loop_" + "".join(c if c.isalnum() else "_" for c in step["name"]) + f"_{len(drivers)}"
-        # Loops whose drivers are the same text calling kernels that compute the same (the
-        # parts of a loop split by rows) share one driver: it is compiled once.
-        common = write_driver(step, kernels, constants, "loop", bodies)
-        known = not any(line.endswith(": None") for line in common.identity)
-        key = "\n".join([common.source, *common.identity, *(_digest(repr((a.dtype, a.shape)) + a.tobytes().hex())
-                                                            for a in map(np.asarray, common.constants))])
+        # Loops whose drivers are the same text (but for their names) calling kernels that
+        # compute the same (the parts of a loop split by rows) share one: it is compiled once.
+        driver = write_driver(step, kernels, constants, name, bodies)
+        known = not any(line.endswith(": None") for line in driver.identity)
+        key = "\n".join([driver.source.replace(f"def {name}(", "def loop(", 1), *driver.identity,
+                         *(_digest(repr((a.dtype, a.shape)) + a.tobytes().hex()) for a in map(np.asarray, driver.constants))])
         if known and key in seen:
             step["native"] = seen[key]
             continue
-        drivers[name] = Kernel(_driver(step, kernels, constants, name, bodies))
+        drivers[name] = Kernel(_driver(step, driver, name))
         step["native"] = name
         if known:
             seen[key] = name
