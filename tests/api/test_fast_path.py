@@ -24,6 +24,10 @@ def counted(fn):
     return wrapper
 
 
+class Marked(np.ndarray):
+    """An ndarray subclass of the same shape and dtype as the arrays the fast path has seen."""
+
+
 def test_repeated_calls_take_the_fast_path_and_stay_right():
     f = counted(lambda x, y: x * y + 1.0)
     jitted = xfuse.jit(f)
@@ -42,6 +46,7 @@ def test_repeated_calls_take_the_fast_path_and_stay_right():
     lambda x: x.astype(">f4"),  # big-endian
     lambda x: np.asfortranarray(x),  # same shape and dtype, another layout
     lambda x: np.repeat(x, 2, axis=1)[:, ::2],  # same shape and dtype, strided
+    lambda x: x.view(Marked),  # an ndarray subclass: its class is part of the key
 ])
 def test_other_arguments_are_right_too(other):
     jitted = xfuse.jit(lambda x: jnp.sin(x) * 2.0)
