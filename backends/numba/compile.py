@@ -1,6 +1,12 @@
 """Compiling generated kernel source with numba. The source is registered with `linecache`, so
 tracebacks and numba's own errors show the generated lines. With the disk cache on (see
 `cache`), the source runs from its cache file instead and numba keeps the machine code there.
+
+A kernel marked `native_split` gets a twin, `<kernel>_split(parts, rows, ...)`, that runs the
+kernel over `parts` blocks of its rows in numba's own threads (`prange`; `dispatcher.split`).
+Those hand a block over in microseconds where the runtime's pool takes tens, so a kernel of a
+few tens of microseconds gains from the split. The runtime decides when it may run
+(`runtime.parallel.native_parts`): never in a forked child, where GNU OpenMP hangs.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ def namespace(source: KernelSource) -> dict:
         "rows": CALLED_ROWS,
         "inline": helper,
         "inline_always": INLINE_ALWAYS,
+        "prange": numba.prange,
         **source.globals,
     }
 
@@ -64,7 +71,40 @@ def namespace(source: KernelSource) -> dict:
 def full_text(source: KernelSource) -> str:
     if source.dot_in_out and not source.by_rows:
         return HEADER + _in_place_twin(source)
+    if source.native_split:
+        return HEADER + source.source + _split_twin(source)
     return HEADER + source.source
+
+
+def _kernel_args(source: KernelSource) -> list[str]:
+    head = f"def {source.name}("
+    params = source.source[source.source.index(head) + len(head):].split(")", 1)[0]
+    return [a.strip() for a in params.split(",")]
+
+
+def _split_twin(source: KernelSource) -> str:
+    """The kernel over `parts` blocks of its rows at once, in numba's threads."""
+    name, args = source.name, ", ".join(_kernel_args(source)[2:])
+    return "\n".join([
+        "",
+        f"def {name}_split(parts, rows, {args}):",
+        "    for part in prange(parts):",
+        f"        {name}(rows * part // parts, rows * (part + 1) // parts, {args})",
+        "",
+    ])
+
+
+def _with_split(fn, ns: dict, source: KernelSource, entry):
+    """`fn` with its split twin (`fn.split`) when the source has one. The twin calls the
+    kernel's dispatcher, so the namespace's name for the kernel becomes it."""
+    fn.split = None
+    if source.native_split:
+        ns[source.name] = fn
+        fn.split = numba.njit(error_model="numpy", nogil=True, parallel=True,
+                              cache=entry is not None)(ns[f"{source.name}_split"])
+        if entry is not None:
+            _save_or_warn(fn.split, entry)
+    return fn
 
 
 def _in_place_twin(source: KernelSource) -> str:
@@ -77,7 +117,7 @@ def _in_place_twin(source: KernelSource) -> str:
     name = source.name
     head = f"def {name}("
     params = source.source[source.source.index(head) + len(head):].split(")", 1)[0]
-    args = [a.strip() for a in params.split(",")]
+    args = _kernel_args(source)
     if args[2:4] != ["dot_start", "dot"] or args[-1] != "out0":
         return source.source
     same = ", ".join([*args[:2], "0", "out0", *args[4:]])
@@ -110,14 +150,14 @@ def compile_kernel(source: KernelSource):
                             pipeline_class=KernelCompiler)(ns[source.name])
             fn._xfuse_entry = entry
             _save_or_warn(fn, entry)
-            return fn
+            return _with_split(fn, ns, source, entry)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     filename = f"<xfuse-kernel {source.name} {digest}>"
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     ns = namespace(source)
     exec(compile(text, filename, "exec"), ns)
-    return numba.njit(error_model="numpy", nogil=True, cache=False,
-                      pipeline_class=KernelCompiler)(ns[source.name])
+    fn = numba.njit(error_model="numpy", nogil=True, cache=False, pipeline_class=KernelCompiler)(ns[source.name])
+    return _with_split(fn, ns, source, None)
 
 
 def _save_or_warn(fn, entry) -> None:
@@ -138,13 +178,15 @@ def _save_or_warn(fn, entry) -> None:
 
 
 def settle(fn) -> None:
-    """After a kernel's first call: count a cache hit, or record what numba stored."""
+    """After a kernel's first call: count a cache hit, or record what numba stored. A split
+    twin not called yet is recorded once it has been (see `_SETTLED`)."""
     entry = getattr(fn, "_xfuse_entry", None)
     if entry is None:
         return
     fn._xfuse_entry = None
-    _SETTLED.append([fn, entry, len(fn.overloads)])
-    if sum(fn.stats.cache_hits.values()):
+    called = [d for d in (fn, getattr(fn, "split", None)) if d is not None]
+    _SETTLED.extend([d, entry, len(d.overloads)] for d in called)
+    if all(sum(d.stats.cache_hits.values()) for d in called if d.overloads):
         cache.stats.count("hits")
         return
     cache.stats.count("misses")
