@@ -410,15 +410,12 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     products run in xfuse's threads (`blas`); by default, where any kernel of the program,
     nested ones included, is split over threads and BLAS's thread count can be set.
     `native`: whether kernels may split over their library's threads (`Kernel.split`); by
-    default where the program, nested ones included, has no product and no kernel the pool
-    splits. Those threads spin a while after each split, as BLAS's do, and would slow the
-    pool's and BLAS's threads on the same cores."""
+    default `splits_natively(program)`."""
     if own is None:
         own = blas.available() and (any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
                                     or _loops_side_by_side(program["steps"]))
     if native is None:
-        native = not any(s["op"] == "dot" or (s["op"] == "kernel" and (s.get("parallel") or s.get("dot")))
-                         for s in walk(program))
+        native = splits_natively(program)
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     for at, s in enumerate(program["steps"]):
@@ -450,8 +447,8 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
         elif op == "while":
             condition = build(s["condition"], kernels, constants, sources, own, native)
             body = build(s["body"], kernels, constants, sources, own, native)
-            native = kernels.get(s.get("native", ""))
-            run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
+            driver = kernels.get(s.get("native", ""))
+            run = while_run(condition, body, s["flat"], driver.fn if driver is not None else None, s.get("owned", ()))
             part_of = at > 0 and _parts(program["steps"][at - 1], s)
             steps.append(_beside_loop(steps, Step(s["name"], "alias", run, inputs, outputs, label=s["label"]), part_of))
             for part, inner in (("cond", condition), ("body", body)):
@@ -477,6 +474,15 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
                       program["n_values"], kernel_sources, specs)
 
 
+def splits_natively(program: dict) -> bool:
+    """Whether the kernels of `program` may split over their library's own threads
+    (`Kernel.split`): where it, nested programs included, has no product and no kernel the
+    pool splits. Those threads spin a while after each split, as BLAS's do, and would slow the
+    pool's and BLAS's threads on the same cores."""
+    return not any(s["op"] == "dot" or (s["op"] == "kernel" and (s.get("parallel") or s.get("dot")))
+                   for s in walk(program))
+
+
 def _nested_run(inner: Executable, tupled: bool) -> Callable:
     def run(xs):
         results = inner(list(xs))
@@ -493,4 +499,4 @@ def walk(program: dict):
             yield from walk(inner)
 
 
-__all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "walk"]
+__all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "splits_natively", "walk"]

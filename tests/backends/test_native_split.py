@@ -68,15 +68,18 @@ def test_the_split_changes_no_bit(threads):
 
 def test_small_kernels_and_programs_with_products_have_no_twin():
     small = np.ones(1 << 10, np.float32)
-    assert the_step(xfuse.jit(chain).lower(small).compile()).run.__name__ != "natively"
-    x, w = np.ones((64, 64), np.float32), np.ones((64, 1024), np.float32)
+    step = the_step(xfuse.jit(chain).lower(small).compile())
+    assert step.run.__name__ != "natively" and step.run.dispatcher.split is None
+    x, w = edge_inputs(1 << 16).reshape(256, 256), np.full((256, 64), 0.01, np.float32)
 
-    def product_then_chain(x, w):  # the chain's kernel is mid-sized, the program has a product
-        return chain(x @ w) * 2.0
+    def chain_and_product(x, w):  # the chain's kernel is mid-sized, the program has a product
+        return chain(x), x @ w
 
-    compiled = xfuse.jit(product_then_chain).lower(x, w).compile()
-    assert all(s.run.__name__ != "natively" for s in compiled.executable.steps)
-    np.testing.assert_allclose(compiled(x, w), jax.jit(product_then_chain)(x, w), rtol=2e-6, atol=2e-6)
+    compiled = xfuse.jit(chain_and_product).lower(x, w).compile()
+    kernels = [s for s in compiled.executable.steps if s.kind == "kernel"]
+    assert kernels and all(s.run.__name__ != "natively" and s.run.dispatcher.split is None for s in kernels)
+    for got, want in zip(compiled(x, w), jax.jit(chain_and_product)(x, w)):
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
 
 
 def test_pool_threads_and_one_thread_run_it_whole(monkeypatch):
@@ -189,3 +192,34 @@ def test_a_second_process_loads_the_twin_from_the_cache(tmp_path):
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
     assert first.stdout.split() == ["0", "1", "0", "0", "1", "True"], first.stdout
     assert second.stdout.split() == ["1", "0", "0", "1", "0", "True"], second.stdout
+
+
+def test_a_program_with_a_loop_and_a_product_never_splits_natively():
+    """build's own decision, with every kernel given a twin regardless of lowering's: a loop
+    step before a mid-sized kernel once made build forget the program's product."""
+    from xfuse.backends.numba.compile import compile_kernel, settle
+    from xfuse.backends.numba.lowering import lower
+    from xfuse.backends.numba.native_loop import native_loops
+    from xfuse.runtime.program import Kernel, build, splits_natively
+
+    def scan_then_chain(xs, w):  # a recurrent loop (a while step), then a mid-sized kernel
+        h, hs = jax.lax.scan(lambda h, x: (jnp.tanh(x + h @ w), h), jnp.zeros((8, 128), jnp.float32), xs)
+        return chain(hs) + h
+
+    xs, w = edge_inputs(32 * 8 * 128).reshape(32, 8, 128) * 0.01, np.eye(128, dtype=np.float32) * 0.5
+    module = xfuse.jit(scan_then_chain).lower(xs, w).compile().module
+    lowered = lower(module)
+    assert [s["op"] for s in lowered.program["steps"]].count("while") == 1
+    assert not splits_natively(lowered.program)
+    for source in lowered.kernels.values():
+        source.native_split = source.dot is None and source.rows > 1
+    kernels = {}
+    for name, source in lowered.kernels.items():
+        fn = compile_kernel(source)
+        kernels[name] = Kernel(fn, settle, split=fn.split)
+    assert any(k.split is not None for k in kernels.values())
+    kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
+    executable = build(lowered.program, kernels, lowered.constants)
+    assert [s.name for s in executable.steps if getattr(s.run, "__name__", "") == "natively"] == []
+    (got,) = executable([xs, w])
+    np.testing.assert_allclose(got, jax.jit(scan_then_chain)(xs, w), rtol=2e-5, atol=2e-6)
