@@ -12,6 +12,7 @@ few tens of microseconds gains from the split. The runtime decides when it may r
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import linecache
 from types import ModuleType
@@ -94,11 +95,26 @@ def _split_twin(source: KernelSource) -> str:
     ])
 
 
+@functools.cache
+def native_threads() -> bool:
+    """Whether numba's threads may split kernels: its threading layer takes calls from several
+    threads at once (tbb, omp; not workqueue, which stops the process when a second thread
+    enters it) and has more than one thread."""
+    try:
+        from numba.np.ufunc import parallel
+
+        parallel._launch_threads()
+        return numba.threading_layer() != "workqueue" and numba.config.NUMBA_NUM_THREADS > 1
+    except Exception:  # noqa: BLE001 - no threading layer could start
+        return False
+
+
 def _with_split(fn, ns: dict, source: KernelSource, entry):
-    """`fn` with its split twin (`fn.split`) when the source has one. The twin calls the
-    kernel's dispatcher, so the namespace's name for the kernel becomes it."""
+    """`fn` with its split twin (`fn.split`) when the source has one and numba's threads may
+    run it. The twin calls the kernel's dispatcher, so the namespace's name for the kernel
+    becomes it."""
     fn.split = None
-    if source.native_split:
+    if source.native_split and native_threads():
         ns[source.name] = fn
         fn.split = numba.njit(error_model="numpy", nogil=True, parallel=True,
                               cache=entry is not None)(ns[f"{source.name}_split"])

@@ -223,3 +223,28 @@ def test_a_program_with_a_loop_and_a_product_never_splits_natively():
     assert [s.name for s in executable.steps if getattr(s.run, "__name__", "") == "natively"] == []
     (got,) = executable([xs, w])
     np.testing.assert_allclose(got, jax.jit(scan_then_chain)(xs, w), rtol=2e-5, atol=2e-6)
+
+
+WORKQUEUE = """
+import numpy as np
+import jax, jax.numpy as jnp
+import xfuse
+
+def chain(x):
+    return jnp.tanh(x) * jax.nn.sigmoid(1.5 * x) + 0.5 * x
+
+x = np.linspace(-5, 5, 1 << 16, dtype=np.float32)
+compiled = xfuse.jit(chain).lower(x).compile()
+(step,) = compiled.executable.steps
+print(step.run.dispatcher.split is None, bool(np.allclose(compiled(x), jax.jit(chain)(x), rtol=2e-6, atol=2e-7)))
+"""
+
+
+@pytest.mark.parametrize("setting", [{"NUMBA_THREADING_LAYER": "workqueue"}, {"NUMBA_NUM_THREADS": "1"}])
+def test_no_twin_where_numbas_threads_cannot_take_it(setting):
+    """workqueue stops the process when two threads enter it at once; one thread splits
+    nothing."""
+    run = subprocess.run([sys.executable, "-c", WORKQUEUE], timeout=300, capture_output=True, text=True,
+                         env={**os.environ, "XFUSE_CACHE_DIR": "off", **setting})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["True", "True"], run.stdout
