@@ -23,7 +23,6 @@ _lock = threading.Lock()
 _pool = None  # a _Pool, made on first use
 _threads = 0
 _local = threading.local()  # .worker: this thread is one of the pool's
-_forked = False  # this process is a forked child
 
 
 def num_threads() -> int:
@@ -36,17 +35,6 @@ def num_threads() -> int:
         except ValueError:
             raise ValueError(f"XFUSE_NUM_THREADS={env!r} is not a whole number") from None
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-def native_parts() -> int:
-    """How many blocks a kernel may split into over its library's own threads (numba's
-    `prange`, `program.Kernel.split`) now: 1 in one of the pool's threads (whose caller splits
-    already), and in a forked child, where the threads from before the fork are gone (GNU
-    OpenMP is not fork-safe: a child that splits after its parent did hangs); else the thread
-    count."""
-    if _forked or getattr(_local, "worker", False):
-        return 1
-    return num_threads()
 
 
 def set_num_threads(n: int | None) -> None:
@@ -141,10 +129,9 @@ def _get_pool(workers: int) -> _Pool:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has none of the parent's threads: it makes its own pool when it splits,
-    and splits no kernel over numba's threads."""
-    global _pool, _lock, _forked
-    _pool, _lock, _forked = None, threading.Lock(), True
+    """A forked child has none of the parent's threads: it makes its own pool when it splits."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

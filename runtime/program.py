@@ -31,7 +31,7 @@ from . import blas
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
-from .parallel import native_parts, num_threads, run_each, run_rows
+from .parallel import num_threads, run_each, run_rows
 from .pool import POOL
 
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
@@ -67,15 +67,12 @@ def spec(entry) -> BufferSpec:
 
 class Kernel:
     """A compiled kernel function and what to do after its first call (or None). `pointers`:
-    fn takes data pointers (a C kernel), so a scalar needs no reshape to one element. `split`:
-    split(parts, rows, *args) runs fn over `parts` blocks of its rows in the kernel library's
-    own threads (numba's `prange`), or None."""
+    fn takes data pointers (a C kernel), so a scalar needs no reshape to one element."""
 
-    __slots__ = ("fn", "settle", "pointers", "split")
+    __slots__ = ("fn", "settle", "pointers")
 
-    def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False,
-                 split: Callable | None = None) -> None:
-        self.fn, self.settle, self.pointers, self.split = fn, settle, pointers, split
+    def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False) -> None:
+        self.fn, self.settle, self.pointers = fn, settle, pointers
 
 
 # ---------------------------------------------------------------------------- dots
@@ -212,10 +209,9 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
     return _AS_IS
 
 
-def kernel_run(step: dict, kernel: Kernel, own: bool = False, native: bool = False) -> Callable:
+def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
     """run(inputs, outputs) for a kernel step (`own`: an output fusion's product runs in
-    xfuse's threads, see `matmul`; `native`: the kernel may split over its library's threads,
-    see `build`)."""
+    xfuse's threads, see `matmul`)."""
     if step.get("dot") is not None:
         return _output_run(step, kernel, own)
     fn, settle = kernel.fn, kernel.settle
@@ -223,32 +219,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, native: bool = Fal
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
     rows, split = step["rows"], step["parallel"]
     first = [settle is not None]
-    plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
-    twin = kernel.split
-    if not split and plain and native and twin is not None and rows > 1:
-
-        usable = [True]
-
-        def natively(inputs, outputs):  # a few tens of microseconds: numba's threads, if free
-            parts = min(native_parts(), rows) if usable[0] else 1
-            if not first[0]:
-                if parts > 1:
-                    twin(parts, rows, *inputs, *outputs)
-                else:
-                    fn(0, rows, *inputs, *outputs)
-                return
-            first[0] = False
-            fn(0, rows, *inputs, *outputs)  # compiles (or loads) the kernel
-            if parts > 1:
-                try:  # and its twin, before the cache records what was compiled
-                    twin(parts, rows, *inputs, *outputs)
-                except Exception:  # noqa: BLE001 - a twin numba cannot build: the kernel alone
-                    usable[0] = False
-            settle(fn)
-
-        natively.dispatcher = fn
-        return natively
-    if not split and plain:
+    if not split and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
 
         def serial(inputs, outputs):  # the common small case: no conversion, one thread
             fn(0, rows, *inputs, *outputs)
@@ -403,19 +374,14 @@ def _alias(step: dict) -> tuple[Callable, int | None]:
 
 
 def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, np.ndarray],
-          sources: Mapping[str, str] | None = None, own: bool | None = None,
-          native: bool | None = None) -> Executable:
+          sources: Mapping[str, str] | None = None, own: bool | None = None) -> Executable:
     """The executable of `program`, given its kernels by name and its constants by key (a
     program's `constants` maps each constant's value slot to its key). `own`: whether its
     products run in xfuse's threads (`blas`); by default, where any kernel of the program,
-    nested ones included, is split over threads and BLAS's thread count can be set.
-    `native`: whether kernels may split over their library's threads (`Kernel.split`); by
-    default `splits_natively(program)`."""
+    nested ones included, is split over threads and BLAS's thread count can be set."""
     if own is None:
         own = blas.available() and (any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
                                     or _loops_side_by_side(program["steps"]))
-    if native is None:
-        native = splits_natively(program)
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     for at, s in enumerate(program["steps"]):
@@ -427,13 +393,13 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             specs = (spec((s["dims"], s["dtype"])),)
             steps.append(Step(s["name"], "blas", dot_run(s, own), inputs, outputs, specs, "dot_general"))
         elif op == "kernel" and "window" in s:
-            parts = build(s["window"]["parts"], kernels, constants, sources, own, native)
+            parts = build(s["window"]["parts"], kernels, constants, sources, own)
             steps.append(Step(s["name"], "alias", window_run(s["window"], parts), inputs, outputs, label=s["label"]))
         elif op == "kernel":
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
             kernel = kernels[s["kernel"]]
-            run = kernel_run(s, kernel, own, native)
+            run = kernel_run(s, kernel, own)
             specs = tuple(spec(e) for e in s["specs"])
             # Over an input it reads, a numba kernel's vectorised loop falls back to its scalar
             # one (LLVM checks at run time that the arrays do not overlap): 2x slower for x * 2
@@ -445,22 +411,22 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             specs = tuple(spec(e) for e in s["specs"])
             steps.append(Step(s["name"], "library", library_run(s), inputs, outputs, specs, s["label"]))
         elif op == "while":
-            condition = build(s["condition"], kernels, constants, sources, own, native)
-            body = build(s["body"], kernels, constants, sources, own, native)
-            driver = kernels.get(s.get("native", ""))
-            run = while_run(condition, body, s["flat"], driver.fn if driver is not None else None, s.get("owned", ()))
+            condition = build(s["condition"], kernels, constants, sources, own)
+            body = build(s["body"], kernels, constants, sources, own)
+            native = kernels.get(s.get("native", ""))
+            run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
             part_of = at > 0 and _parts(program["steps"][at - 1], s)
             steps.append(_beside_loop(steps, Step(s["name"], "alias", run, inputs, outputs, label=s["label"]), part_of))
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
         elif op == "conditional":
-            branches = [build(b, kernels, constants, sources, own, native) for b in s["branches"]]
+            branches = [build(b, kernels, constants, sources, own) for b in s["branches"]]
             steps.append(Step(s["name"], "alias", conditional_run(branches, s["tupled"]), inputs, outputs,
                               label=s["label"]))
             for k, inner in enumerate(branches):
                 inner_sources.update({f"{s['name']}/branch{k}/{n}": v for n, v in inner.kernel_sources.items()})
         elif op == "nested":
-            inner = build(s["program"], kernels, constants, sources, own, native)
+            inner = build(s["program"], kernels, constants, sources, own)
             steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
                               label=s["label"]))
         else:
@@ -472,15 +438,6 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     kernel_sources.update(inner_sources)
     return Executable(list(program["params"]), list(program["results"]), steps, own,
                       program["n_values"], kernel_sources, specs)
-
-
-def splits_natively(program: dict) -> bool:
-    """Whether the kernels of `program` may split over their library's own threads
-    (`Kernel.split`): where it, nested programs included, has no product and no kernel the
-    pool splits. Those threads spin a while after each split, as BLAS's do, and would slow the
-    pool's and BLAS's threads on the same cores."""
-    return not any(s["op"] == "dot" or (s["op"] == "kernel" and (s.get("parallel") or s.get("dot")))
-                   for s in walk(program))
 
 
 def _nested_run(inner: Executable, tupled: bool) -> Callable:
@@ -499,4 +456,4 @@ def walk(program: dict):
             yield from walk(inner)
 
 
-__all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "splits_natively", "walk"]
+__all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "walk"]

@@ -17,11 +17,6 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleSha
 # some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats, 0.6M units, took 58 us
 # on one thread and 102 us split in two with the older pool).
 PARALLEL_MIN_WORK = 1 << 21
-# A kernel below that but with at least this much work, in a program of kernels alone, is split
-# by numba's own threads instead (`prange`, `compile.py`), which hand a chunk over in about
-# 3 us where the pool takes 40-80 us: the chain on 2**16 floats, 0.6M units, took 40 us on one
-# thread, 23 us split this way and 70-90 us split by the pool.
-NATIVE_SPLIT_MIN_WORK = 1 << 17
 TRANSCENDENTAL_WORK = 4
 TRANSCENDENTAL_OPS = {
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,

@@ -22,10 +22,7 @@ NAME = "numba"
 
 def compile_module(module: Module) -> Executable:
     lowered = lower(module)
-    kernels = {}
-    for name, source in lowered.kernels.items():
-        fn = compile_kernel(source)
-        kernels[name] = Kernel(fn, settle, split=fn.split)
+    kernels = {name: Kernel(compile_kernel(source), settle) for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
     return build(lowered.program, kernels, lowered.constants, sources)

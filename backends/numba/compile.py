@@ -1,18 +1,11 @@
 """Compiling generated kernel source with numba. The source is registered with `linecache`, so
 tracebacks and numba's own errors show the generated lines. With the disk cache on (see
 `cache`), the source runs from its cache file instead and numba keeps the machine code there.
-
-A kernel marked `native_split` gets a twin, `<kernel>_split(parts, rows, ...)`, that runs the
-kernel over `parts` blocks of its rows in numba's own threads (`prange`; `dispatcher.split`).
-Those hand a block over in microseconds where the runtime's pool takes tens, so a kernel of a
-few tens of microseconds gains from the split. The runtime decides when it may run
-(`runtime.parallel.native_parts`): never in a forked child, where GNU OpenMP hangs.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import hashlib
 import linecache
 from types import ModuleType
@@ -64,7 +57,6 @@ def namespace(source: KernelSource) -> dict:
         "rows": CALLED_ROWS,
         "inline": helper,
         "inline_always": INLINE_ALWAYS,
-        "prange": numba.prange,
         **source.globals,
     }
 
@@ -72,55 +64,7 @@ def namespace(source: KernelSource) -> dict:
 def full_text(source: KernelSource) -> str:
     if source.dot_in_out and not source.by_rows:
         return HEADER + _in_place_twin(source)
-    if source.native_split:
-        return HEADER + source.source + _split_twin(source)
     return HEADER + source.source
-
-
-def _kernel_args(source: KernelSource) -> list[str]:
-    head = f"def {source.name}("
-    params = source.source[source.source.index(head) + len(head):].split(")", 1)[0]
-    return [a.strip() for a in params.split(",")]
-
-
-def _split_twin(source: KernelSource) -> str:
-    """The kernel over `parts` blocks of its rows at once, in numba's threads."""
-    name, args = source.name, ", ".join(_kernel_args(source)[2:])
-    return "\n".join([
-        "",
-        f"def {name}_split(parts, rows, {args}):",
-        "    for part in prange(parts):",
-        f"        {name}(rows * part // parts, rows * (part + 1) // parts, {args})",
-        "",
-    ])
-
-
-@functools.cache
-def native_threads() -> bool:
-    """Whether numba's threads may split kernels: its threading layer takes calls from several
-    threads at once (tbb, omp; not workqueue, which stops the process when a second thread
-    enters it) and has more than one thread."""
-    try:
-        from numba.np.ufunc import parallel
-
-        parallel._launch_threads()
-        return numba.threading_layer() != "workqueue" and numba.config.NUMBA_NUM_THREADS > 1
-    except Exception:  # noqa: BLE001 - no threading layer could start
-        return False
-
-
-def _with_split(fn, ns: dict, source: KernelSource, entry):
-    """`fn` with its split twin (`fn.split`) when the source has one and numba's threads may
-    run it. The twin calls the kernel's dispatcher, so the namespace's name for the kernel
-    becomes it."""
-    fn.split = None
-    if source.native_split and native_threads():
-        ns[source.name] = fn
-        fn.split = numba.njit(error_model="numpy", nogil=True, parallel=True,
-                              cache=entry is not None)(ns[f"{source.name}_split"])
-        if entry is not None:
-            _save_or_warn(fn.split, entry)
-    return fn
 
 
 def _in_place_twin(source: KernelSource) -> str:
@@ -133,7 +77,7 @@ def _in_place_twin(source: KernelSource) -> str:
     name = source.name
     head = f"def {name}("
     params = source.source[source.source.index(head) + len(head):].split(")", 1)[0]
-    args = _kernel_args(source)
+    args = [a.strip() for a in params.split(",")]
     if args[2:4] != ["dot_start", "dot"] or args[-1] != "out0":
         return source.source
     same = ", ".join([*args[:2], "0", "out0", *args[4:]])
@@ -166,14 +110,14 @@ def compile_kernel(source: KernelSource):
                             pipeline_class=KernelCompiler)(ns[source.name])
             fn._xfuse_entry = entry
             _save_or_warn(fn, entry)
-            return _with_split(fn, ns, source, entry)
+            return fn
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     filename = f"<xfuse-kernel {source.name} {digest}>"
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     ns = namespace(source)
     exec(compile(text, filename, "exec"), ns)
-    fn = numba.njit(error_model="numpy", nogil=True, cache=False, pipeline_class=KernelCompiler)(ns[source.name])
-    return _with_split(fn, ns, source, None)
+    return numba.njit(error_model="numpy", nogil=True, cache=False,
+                      pipeline_class=KernelCompiler)(ns[source.name])
 
 
 def _save_or_warn(fn, entry) -> None:
@@ -194,15 +138,13 @@ def _save_or_warn(fn, entry) -> None:
 
 
 def settle(fn) -> None:
-    """After a kernel's first call: count a cache hit, or record what numba stored. A split
-    twin not called yet is recorded once it has been (see `_SETTLED`)."""
+    """After a kernel's first call: count a cache hit, or record what numba stored."""
     entry = getattr(fn, "_xfuse_entry", None)
     if entry is None:
         return
     fn._xfuse_entry = None
-    called = [d for d in (fn, getattr(fn, "split", None)) if d is not None]
-    _SETTLED.extend([d, entry, len(d.overloads)] for d in called)
-    if all(sum(d.stats.cache_hits.values()) for d in called if d.overloads):
+    _SETTLED.append([fn, entry, len(fn.overloads)])
+    if sum(fn.stats.cache_hits.values()):
         cache.stats.count("hits")
         return
     cache.stats.count("misses")

@@ -23,8 +23,8 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
-from .analysis import (NATIVE_SPLIT_MIN_WORK, PARALLEL_MIN_WORK, STACK_ROW_BYTES, TRANSCENDENTAL_OPS,
-                       dot_in_output, flattenable, output_members, output_shapes, reads_across, reduction_space, work_estimate)
+from .analysis import (PARALLEL_MIN_WORK, STACK_ROW_BYTES, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
+                       output_members, output_shapes, reads_across, reduction_space, work_estimate)
 from .emitter import Emitter, Ix, compute_dtype, literal, np_name
 
 LANES = 8  # accumulators of a vectorised row reduction
@@ -56,7 +56,6 @@ class KernelSource:
     extra: dict = field(default_factory=dict)
     dot_in_out: bool = False  # the dot may be computed into the output, the epilogue in place
     by_rows: bool = False  # a row-wise kernel: each row read whole (into buffers) before it is written
-    native_split: bool = False  # too small for the pool's threads, worth splitting over numba's (`prange`)
 
 
 def index_text(index: tuple[Ix, ...]) -> str:
@@ -572,14 +571,12 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
     else:
         writer.loop(writer.out_shapes[0].dims)
         blocked = writer.out_shapes[0].rank > 0
-    work = work_estimate(comp, space)
-    parallel = work >= PARALLEL_MIN_WORK and writer.rows > 1
-    native = not parallel and writer.dot is None and writer.rows > 1 and work >= NATIVE_SPLIT_MIN_WORK
+    parallel = work_estimate(comp, space) >= PARALLEL_MIN_WORK and writer.rows > 1
     return KernelSource(
         name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
         kind, writer.rows, writer.dot, writer.dot is not None and blocked,
         writer.flat_dims is not None, dot_in_out=dot_in_output(comp, writer.dot, space),
-        by_rows=space is not None, native_split=native,
+        by_rows=space is not None,
     )
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
-from xfuse.runtime.program import splits_natively
 
 from .library_steps import LIBRARY_OPS, library_step, library_step_of
 from .control import control_step, entry, kernel_name, window
@@ -53,9 +52,6 @@ def lower(module: Module, prefix: str = "", fills: bool = True) -> Lowered:
     entry of `aot.emit_c`, which makes no library calls, needs)."""
     out = Lowered({}, fills=fills)
     out.program = _lower(module, module.entry_computation, out, prefix)
-    if not splits_natively(out.program):  # no kernel of it may split over numba's threads:
-        for source in out.kernels.values():  # no twin to write, compile or cache
-            source.native_split = False
     return out
 
 
