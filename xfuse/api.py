@@ -77,11 +77,10 @@ class Jitted:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: object, **kwargs: object) -> object:
         if not kwargs and self._fast:  # the fast path: positional numpy arrays seen before
-            try:  # (class, shape, dtype) of each argument, in C (a comprehension costs 0.25 us)
-                key = (_X64.value, _CHOICE.get(), *map(_SIGNATURE, args))
-            except AttributeError:  # a Python scalar or other non-array
-                key = None
-            run = None if key is None else self._fast.get(key)
+            try:  # (class, shape, dtype) of each argument, mapped in C
+                run = self._fast.get((_X64.value, _CHOICE.get(), *map(_SIGNATURE, args)))
+            except (AttributeError, TypeError):  # a scalar, or an object with an unhashable shape:
+                run = None  # the slow path says what is wrong with it
             if run is not None:
                 return run(args)
             if self._device_fast:  # jax arrays, for a backend that takes them as they are

@@ -85,6 +85,24 @@ def test_wrong_arguments_after_a_fast_call_still_raise():
     np.testing.assert_array_equal(jitted(np.ones(3, np.float32)), 2)
 
 
+class ArrayLike:
+    """Not an array, though it has a shape (an unhashable one) and a dtype."""
+
+    shape = [3]
+    dtype = np.float32
+
+
+def test_an_object_with_an_unhashable_shape_gets_the_slow_paths_error():
+    fresh = xfuse.jit(lambda x: x + 1)
+    with pytest.raises(TypeError) as first:
+        fresh(ArrayLike())
+    jitted = xfuse.jit(lambda x: x + 1)
+    jitted(np.ones(3, np.float32))
+    with pytest.raises(TypeError) as later:
+        jitted(ArrayLike())
+    assert str(later.value) == str(first.value)
+
+
 def test_large_outputs_are_never_shared_between_calls():
     jitted = xfuse.jit(lambda x: x * 2.0)
     x = np.ones(1 << 20, np.float32)  # 4 MiB: pooled
