@@ -76,7 +76,14 @@ def to_array(leaf: object, spec: LeafSpec, device_arrays: bool = False) -> np.nd
     that takes them: a GPU's arrays do not come back to the host)."""
     if device_arrays and isinstance(leaf, jax.Array) and leaf.dtype == spec.shape.dtype.numpy:
         return leaf
-    return np.asarray(leaf, dtype=spec.shape.dtype.numpy)
+    try:
+        array = np.asarray(leaf, dtype=spec.shape.dtype.numpy)
+    except (TypeError, ValueError) as e:  # an object that claims a shape and dtype, but is no array
+        raise TypeError(f"argument {spec.path}: {type(leaf).__name__} is not an array ({e})") from e
+    if array.shape != spec.shape.dims:
+        raise TypeError(f"argument {spec.path}: {type(leaf).__name__} says its shape is "
+                        f"{tuple(spec.shape.dims)} but converts to an array of shape {array.shape}")
+    return array
 
 
 def leaf_paths(

@@ -442,3 +442,18 @@ def test_a_batch_of_bad_calls_never_takes_the_process_down_or_writes_the_cache(t
     assert raised["bad backend option"] == raised["bad passes"] == "ValueError"
     assert result["same_files"] and result["new_entries"], result
     assert not [w for w in result["warnings"] if "CacheWarning" in w], result["warnings"]
+
+
+class Liar:
+    """Says it has 3 elements; converts to 5."""
+
+    shape = (3,)
+    dtype = np.dtype(np.float32)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.arange(5, dtype=dtype)
+
+
+def test_an_object_whose_array_has_another_shape_is_refused():
+    with pytest.raises(TypeError, match=r"argument x: Liar says its shape is \(3,\) but converts to .*\(5,\)"):
+        xfuse.jit(lambda x: x + 1)(Liar())
