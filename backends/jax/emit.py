@@ -152,6 +152,20 @@ def _convert(c: Context) -> str:
     return f"lax.convert_element_type({x}, {DTYPE_TEXT[to]})"
 
 
+def _exp(fn: str) -> Callable[[Context], str]:
+    """exp and exp2, a NaN operand kept as it is. XLA:CPU's exp is wrong on a NaN that LLVM
+    sees at compile time (`x + nan`, `min(x, nan)` with the NaN a constant of the fusion): it
+    converts the NaN to an integer exponent, which is poison there, and 0, a tiny or a large
+    number comes out (jax.jit too: exp(x + nan) gave 6.9e-18, 3.1e-41, ...). The select
+    leaves such a NaN alone, and costs a compare where the operand is a runtime value."""
+
+    def rule(c: Context) -> str:
+        x = c.args[0]
+        return f"lax.select(lax.ne({x}, {x}), {x}, {fn}({x}))"
+
+    return rule
+
+
 def _iota(c: Context) -> str:
     shape = c.inst.array_shape
     return f"lax.broadcasted_iota({DTYPE_TEXT[shape.dtype]}, {_ints(shape.dims)}, {c.attr('dimension')})"
@@ -263,6 +277,8 @@ BINARY = {
 RULES: dict[Op, Callable[[Context], str]] = {
     **{op: _call(fn) for op, fn in UNARY.items()},
     **{op: _call(fn) for op, fn in BINARY.items()},
+    Op.EXP: _exp("lax.exp"),
+    Op.EXP2: _exp("lax.exp2"),
     Op.IOTA: _iota,
     Op.ABS: _abs,
     Op.ROUND: _round,
