@@ -153,11 +153,12 @@ def _convert(c: Context) -> str:
 
 
 def _exp(fn: str) -> Callable[[Context], str]:
-    """exp and exp2, a NaN operand kept as it is. XLA:CPU's exp is wrong on a NaN that LLVM
-    sees at compile time (`x + nan`, `min(x, nan)` with the NaN a constant of the fusion): it
-    converts the NaN to an integer exponent, which is poison there, and 0, a tiny or a large
-    number comes out (jax.jit too: exp(x + nan) gave 6.9e-18, 3.1e-41, ...). The select
-    leaves such a NaN alone, and costs a compare where the operand is a runtime value."""
+    """exp, exp2, expm1 and logistic, a NaN operand kept as it is. XLA:CPU's exp is wrong on a
+    NaN that LLVM sees at compile time (`x + nan`, `min(x, nan)` with the NaN a constant of
+    the fusion): it converts the NaN to an integer exponent, which is poison there, and 0, a
+    tiny or a large number comes out (jax.jit too: exp(x + nan) gave 6.9e-18, 3.1e-41, ...;
+    in bfloat16 expm1 and logistic too). The select leaves such a NaN alone, and costs a
+    compare where the operand is a runtime value."""
 
     def rule(c: Context) -> str:
         x = c.args[0]
@@ -279,6 +280,8 @@ RULES: dict[Op, Callable[[Context], str]] = {
     **{op: _call(fn) for op, fn in BINARY.items()},
     Op.EXP: _exp("lax.exp"),
     Op.EXP2: _exp("lax.exp2"),
+    Op.EXPM1: _exp("lax.expm1"),
+    Op.LOGISTIC: _exp("lax.logistic"),
     Op.IOTA: _iota,
     Op.ABS: _abs,
     Op.ROUND: _round,

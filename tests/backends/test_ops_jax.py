@@ -174,17 +174,18 @@ def test_min_and_max_reductions_propagate_nan_where_xla_cpu_drops_it(mode) -> No
 @pytest.mark.parametrize("mode", ["fusions", "module"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, jax.numpy.bfloat16])
 def test_exp_of_a_nan_a_constant_puts_in_is_nan(mode, dtype) -> None:
-    """XLA:CPU's exp and exp2 of a NaN LLVM sees at compile time (x + nan, min(x, nan) with
-    the NaN a constant of the fusion) give 0, tiny or large numbers (jax.jit too); the
-    backend's must be NaN, and exp of runtime values unchanged."""
+    """XLA:CPU's exp and exp2 (and in bfloat16 expm1 and logistic) of a NaN LLVM sees at
+    compile time (x + nan, min(x, nan) with the NaN a constant of the fusion) give 0, tiny or
+    large numbers (jax.jit too); the backend's must be NaN, and of runtime values unchanged."""
     jnp = jax.numpy
     nan = dtype(np.nan)
     x = np.array([3, 1, 0.5, -2, np.inf, -np.inf, 100, -100, np.nan, -0.0], dtype)
     options = {"mode": mode}
     for fn in (lambda a: jnp.exp(a + nan), lambda a: jnp.exp2(jnp.minimum(a, nan)),
-               lambda a: jnp.exp(a * nan) * 2):
+               lambda a: jnp.exp(a * nan) * 2, lambda a: jnp.expm1(a + nan),
+               lambda a: jax.nn.sigmoid(jnp.minimum(a, nan))):
         got = np.asarray(xfuse.jit(fn, backend="jax", backend_options=options)(x))
         assert np.isnan(got.astype(np.float32)).all(), got
-    for fn in (jnp.exp, jnp.exp2):
+    for fn in (jnp.exp, jnp.exp2, jnp.expm1, jax.nn.sigmoid):
         got = np.asarray(xfuse.jit(fn, backend="jax", backend_options=options)(x))
         np.testing.assert_array_equal(got.astype(np.float32), np.asarray(jax.jit(fn)(x)).astype(np.float32))
