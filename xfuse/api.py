@@ -100,10 +100,10 @@ class Jitted:
             # Every argument was a canonical numpy array (or a jax array the backend takes),
             # passed through untouched: next time the shapes and dtypes alone select the
             # executable.
-            signature = [(a.shape, a.dtype) for a in args]
             if all(type(a) is ndarray for a in args):
                 self._fast[(_X64.value, _CHOICE.get(), *map(_SIGNATURE, args))] = compiled.fast_runner()
             elif all(type(a) is _JaxArray and not a.weak_type for a in args):
+                signature = [(a.shape, a.dtype) for a in args]
                 self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = compiled.fast_runner()
                 self._device_fast = True
         return outputs

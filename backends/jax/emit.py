@@ -152,7 +152,7 @@ def _convert(c: Context) -> str:
     return f"lax.convert_element_type({x}, {DTYPE_TEXT[to]})"
 
 
-def _exp(fn: str) -> Callable[[Context], str]:
+def _nan_kept(fn: str) -> Callable[[Context], str]:
     """exp, exp2, expm1 and logistic, a NaN operand kept as it is. XLA:CPU's exp is wrong on a
     NaN that LLVM sees at compile time (`x + nan`, `min(x, nan)` with the NaN a constant of
     the fusion): it converts the NaN to an integer exponent, which is poison there, and 0, a
@@ -278,10 +278,10 @@ BINARY = {
 RULES: dict[Op, Callable[[Context], str]] = {
     **{op: _call(fn) for op, fn in UNARY.items()},
     **{op: _call(fn) for op, fn in BINARY.items()},
-    Op.EXP: _exp("lax.exp"),
-    Op.EXP2: _exp("lax.exp2"),
-    Op.EXPM1: _exp("lax.expm1"),
-    Op.LOGISTIC: _exp("lax.logistic"),
+    Op.EXP: _nan_kept("lax.exp"),
+    Op.EXP2: _nan_kept("lax.exp2"),
+    Op.EXPM1: _nan_kept("lax.expm1"),
+    Op.LOGISTIC: _nan_kept("lax.logistic"),
     Op.IOTA: _iota,
     Op.ABS: _abs,
     Op.ROUND: _round,

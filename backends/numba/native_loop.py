@@ -516,6 +516,11 @@ HELPERS = {fn.py_func.__name__: callee_form(fn)
            for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, put_window)}
 
 
+def _identified(identity: list[str]) -> bool:
+    """Whether every kernel a driver calls is known by what it computes (see `_Writer`)."""
+    return not any(line.endswith(": None") for line in identity)
+
+
 def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callable:
     """The driver's numba function. Compiling it takes seconds (numba types and lowers every
     kernel call again), so it goes through the kernel cache when every kernel it calls is
@@ -523,7 +528,7 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
     callees = {key: callee_form(kernel.fn, KernelCompiler) for key, kernel in used.items()}
     namespace = {"np": np, **HELPERS, "scalar": CALLED_SCALAR, **callees}
     text = HEADER + "".join(f"# {line}\n" for line in identity) + source
-    entry = None if any(line.endswith(": None") for line in identity) else cache.open_entry(name, text)
+    entry = cache.open_entry(name, text) if _identified(identity) else None
     if entry is not None:
         try:
             loaded = cache.load_module(entry, namespace)
@@ -584,9 +589,9 @@ def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | N
         # Loops whose drivers are the same text (but for their names) calling kernels that
         # compute the same (the parts of a loop split by rows) share one: it is compiled once.
         driver = write_driver(step, kernels, constants, name, bodies)
-        known = not any(line.endswith(": None") for line in driver.identity)
-        key = "\n".join([driver.source.replace(f"def {name}(", "def loop(", 1), *driver.identity,
-                         *(_digest(repr((a.dtype, a.shape)) + a.tobytes().hex()) for a in map(np.asarray, driver.constants))])
+        known = _identified(driver.identity)
+        text = "\n".join([driver.source.replace(f"def {name}(", "def loop(", 1), *driver.identity])
+        key = cache.kernel_key(text, {str(k): a for k, a in enumerate(driver.constants)})
         if known and key in seen:
             step["native"] = seen[key]
             continue
