@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from . import blas
+from . import blas, onednn
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
@@ -41,6 +41,12 @@ BLOCK_BYTES = 1 << 24
 # A product run in xfuse's threads (`blas`) is split over them from this many multiply-adds
 # (about 60 us on one core here, beside the 40-50 us of handing a block to a pool thread).
 SPLIT_PRODUCT_MIN = 1 << 22
+# From this many multiply-adds a float32 product runs in xfuse's threads through oneDNN (see
+# `matmul`): smaller ones are faster in OpenBLAS's threads, which spin between calls
+# (64x512 @ 512x1024, half this: 0.96 ms against 0.51 ms), and each new shape costs oneDNN
+# 10-50 ms of code generation on its first call.
+ONEDNN_MIN = 1 << 26
+_F32 = np.dtype(np.float32)
 HALF = ("float16", "bfloat16")
 
 
@@ -86,9 +92,25 @@ def dot_plan(lhs, rhs, contracting, batch):
     return (list(lb) + lf + list(lc), (b, m, k)), (list(rb) + list(rc) + rf, (b, k, n)), (b, m, n)
 
 
-def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """numpy's matmul: BLAS, with its own threads unless `blas.single_threaded`."""
     with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
         np.matmul(a, b, out=out)
+
+
+def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None = None) -> None:
+    """One product on the calling thread: through `sgemm` (oneDNN's) where given and it takes
+    the operands, else numpy's."""
+    if sgemm is None or not _each(sgemm, a, b, out):
+        _numpy_product(a, b, out)
+
+
+def _each(sgemm: Callable, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """sgemm on a matrix or a batch of one; False for a larger batch (oneDNN's set-up for each
+    small matrix of attention's batches costs more than it gains: numpy loops over them in C)."""
+    if a.ndim == 2:
+        return sgemm(a, b, out)
+    return a.shape[0] == 1 and sgemm(a[0], b[0], out[0])
 
 
 def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False) -> None:
@@ -97,25 +119,34 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     each. BLAS packs the whole right side for each block of rows, and the whole left side for
     each block of columns: a product wider than it is tall (N > M) splits its columns, so the
     larger side is packed once (gelu's 256x1024 @ 1024x4096: 11.7-12.0 ms against 12.9-13.3 ms
-    by rows, and 11.8 ms in OpenBLAS's own two threads)."""
+    by rows, and 11.8 ms in OpenBLAS's own two threads).
+
+    A float32 product of matrices (not vectors) with at least `ONEDNN_MIN` multiply-adds runs
+    in xfuse's threads whatever `own` says where oneDNN is installed (`onednn`) and
+    `XFUSE_SPLIT_PRODUCTS` is not 0, each block
+    through oneDNN on one thread: softmax_relu's 4096x256 @ 256x1024 took 10.0-10.6 ms so,
+    against 11.7-12.6 ms in OpenBLAS's two threads and 11.4-11.9 ms in XLA's."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
-    if not own:
-        _gemm(a3, b3, o)
+    m, n = a3.shape[-2], b3.shape[-1]
+    macs = a3.size * n  # B * M * K * N
+    big = blas.ENABLED and work == _F32 and m > 1 and macs >= ONEDNN_MIN
+    sgemm = onednn.sgemm() if big else None
+    if not own and sgemm is None:
+        _numpy_product(a3, b3, o)
         return
-    m = a3.shape[-2]
     with blas.single_threaded():
-        if a3.size * b3.shape[-1] < SPLIT_PRODUCT_MIN:  # multiply-adds: B * M * K * N
+        if macs < SPLIT_PRODUCT_MIN:
             _gemm(a3, b3, o)
         elif a3.ndim == 3 and a3.shape[0] >= num_threads():
-            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e]), a3.shape[0])
-        elif m > 1 and b3.shape[-1] > m:
-            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e]), b3.shape[-1])
+            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e], sgemm), a3.shape[0])
+        elif m > 1 and n > m:
+            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e], sgemm), n)
         elif a3.ndim == 3 and m > 1:
-            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e]), m)
+            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e], sgemm), m)
         elif m > 1:
-            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e]), m)
+            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e], sgemm), m)
         else:  # a vector times a matrix: one thread
             _gemm(a3, b3, o)
 

@@ -72,9 +72,9 @@ def _spy_gemm(monkeypatch) -> list:
     calls = []
     real = prog._gemm
 
-    def gemm(a, b, out):
+    def gemm(a, b, out, *rest):
         calls.append((threading.get_ident(), blas.threads(), a.shape, b.shape))
-        real(a, b, out)
+        real(a, b, out, *rest)
 
     monkeypatch.setattr(prog, "_gemm", gemm)
     return calls
