@@ -43,8 +43,8 @@ BLOCK_BYTES = 1 << 24
 SPLIT_PRODUCT_MIN = 1 << 22
 # From this many multiply-adds a float32 product runs in xfuse's threads through oneDNN (see
 # `matmul`): smaller ones are faster in OpenBLAS's threads, which spin between calls
-# (64x512 @ 512x1024, half this: 0.96 ms against 0.51 ms), and each new shape costs oneDNN
-# 10-50 ms of code generation on its first call.
+# (softmax_relu at 64x512 @ 512x1024, 2^25, took 0.96 ms with the bound at 2^24 against
+# 0.51 ms), and oneDNN's first product in a process costs 10-50 ms of code generation.
 ONEDNN_MIN = 1 << 26
 _F32 = np.dtype(np.float32)
 HALF = ("float16", "bfloat16")
@@ -122,10 +122,10 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     by rows, and 11.8 ms in OpenBLAS's own two threads).
 
     A float32 product of matrices (not vectors) with at least `ONEDNN_MIN` multiply-adds runs
-    in xfuse's threads whatever `own` says where oneDNN is installed (`onednn`) and
-    `XFUSE_SPLIT_PRODUCTS` is not 0, each block
-    through oneDNN on one thread: softmax_relu's 4096x256 @ 256x1024 took 10.0-10.6 ms so,
-    against 11.7-12.6 ms in OpenBLAS's two threads and 11.4-11.9 ms in XLA's."""
+    in xfuse's threads whatever `own` says, each block through oneDNN on one thread, where
+    oneDNN is installed (`onednn`) and `XFUSE_SPLIT_PRODUCTS` is not 0: softmax_relu's
+    4096x256 @ 256x1024 took 10.0-10.6 ms so, against 11.7-12.6 ms in OpenBLAS's two threads
+    and 11.4-11.9 ms in XLA's."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
