@@ -171,10 +171,13 @@ def _prepare_xfuse(workload: Workload, inputs: tuple, backend: str | None) -> Pr
 
 
 def _threads() -> dict:
-    """How many threads xfuse's runtime splits a kernel's rows over."""
+    """How many threads xfuse's runtime splits a kernel's rows over, and whether its first call
+    loaded oneDNN (`xfuse.runtime.onednn`: it loads for the first float32 product large enough
+    to go to it)."""
+    from xfuse.runtime import onednn
     from xfuse.runtime.parallel import num_threads
 
-    return {"xfuse_threads": num_threads()}
+    return {"xfuse_threads": num_threads(), "onednn_loaded": bool(onednn._loaded and onednn._loaded[0])}
 
 
 def _prepare_jax(workload: Workload, inputs: tuple) -> Prepared:

@@ -135,7 +135,7 @@ def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {"python": platform.python_version()}
-    for name in ("xfuse", "jax", "jaxlib", "numpy", "numba", "numexpr"):
+    for name in ("xfuse", "jax", "jaxlib", "numpy", "numba", "numexpr", "onednn-cpu-gomp"):
         try:
             found[name] = version(name)
         except PackageNotFoundError:
