@@ -1,9 +1,10 @@
-"""Library steps: the data ops (cumulative ops, sort, top_k, gather, scatter) and broadcasts
-standing alone as numpy calls, for programs that the numba and C backends lower and AOT
-artifacts load with numpy alone.
+"""Library steps: the data ops (cumulative ops, sort, top_k, gather, scatter) and broadcasts,
+slices and concatenations standing alone as numpy calls, for programs that the numba and C
+backends lower and AOT artifacts load with numpy alone.
 
 A program step `{"op": "library", "fn": NAME, "attrs": {...}, "specs": [...]}` runs
-`FUNCTIONS[NAME](inputs, attrs)`, whose arrays go into the step's output buffers. The semantics
+`FUNCTIONS[NAME](inputs, attrs)`, whose arrays go into the step's output buffers (a function
+marked `writes` takes the buffers and writes them itself). The semantics
 are the reference interpreter's (`xfuse.hlo.reference_data`, which this package may not import):
 floats accumulate in float64 and round once per output, sort is stable in lax.sort's order (NaN
 last, -0.0 equal to +0.0), top_k orders by the bits (-NaN first, -0.0 < +0.0), a gather clamps
@@ -329,8 +330,32 @@ def broadcast(inputs, attrs):
     return [np.broadcast_to(x.reshape(shape), attrs["out"])]
 
 
+def slices(inputs, attrs):
+    """Each output a slice of an input: [input index, starts, limits, strides] (views, which
+    the step copies into its buffers)."""
+    return [inputs[k][tuple(slice(a, b, c) for a, b, c in zip(start, limit, strides))]
+            for k, start, limit, strides in attrs["slices"]]
+
+
+def concatenate(inputs, attrs, outputs):
+    """The inputs named by `operands`, in order, one after another along `axis`, copied
+    straight into the output."""
+    (out,) = outputs
+    axis, at = attrs["axis"], 0
+    for k in attrs["operands"]:
+        x = inputs[k]
+        size = x.shape[axis]
+        out[(slice(None),) * axis + (slice(at, at + size),)] = x
+        at += size
+
+
+concatenate.writes = True  # into the step's buffers: no result arrays to copy
+
+
 FUNCTIONS: dict[str, Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]] = {
     "broadcast": broadcast,
+    "slice": slices,
+    "concatenate": concatenate,
     "cumsum": _cumulative(_cumsum),
     "cumprod": _cumulative(_cumprod),
     "cummax": _cumulative(_extreme(largest=True)),
@@ -348,6 +373,8 @@ def library_run(step: dict) -> Callable:
     if name not in FUNCTIONS:
         raise ValueError(f"step {step.get('name')!r}: no library function {name!r}")
     fn, attrs = FUNCTIONS[name], step["attrs"]
+    if getattr(fn, "writes", False):
+        return lambda inputs, outputs: fn(inputs, attrs, outputs)
 
     def run(inputs, outputs):
         with np.errstate(all="ignore"):
