@@ -117,3 +117,23 @@ def test_the_suite_times_each_engine_in_several_processes_in_turns(tmp_path):
         times = row["engines"][engine]["process_times_s"]
         assert len(times) == 2 and row["engines"][engine]["time_s"] == min(times)
     assert "time per process" in done.stdout
+
+
+def test_speed_ups_between_fastest_processes_sit_beside_the_medians():
+    from benchmarks.suite import derive, summarize
+    from benchmarks.workloads import WORKLOADS
+
+    tiny = next(w for w in WORKLOADS if w.name == "tiny_add_4")
+    engines = {
+        "xfuse": {"ok": True, "error": None, "time_s": 2e-6, "process_times_s": [2e-6, 1e-6, 3e-6]},
+        "jax": {"ok": True, "error": None, "time_s": 8e-6, "process_times_s": [8e-6, 12e-6, 4e-6]},
+    }
+    row = derive(tiny, engines, None, 0.0)
+    assert row["speedup_vs_jax"]["xfuse"] == pytest.approx(4.0)  # median process against median
+    assert row["speedup_vs_jax_fastest"]["xfuse"] == pytest.approx(4.0)  # 4 us against 1 us
+    engines["jax"]["process_times_s"] = [8e-6, 12e-6, 9e-6]
+    row = derive(tiny, engines, None, 0.0)
+    assert row["speedup_vs_jax_fastest"]["xfuse"] == pytest.approx(8.0)
+    summary = summarize([row], ["xfuse", "jax"])["xfuse"]
+    assert summary["geomean_speedup_vs_jax"] == pytest.approx(4.0)
+    assert summary["geomean_speedup_vs_jax_fastest"] == pytest.approx(8.0)
