@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Callable
 
 import numpy as np
 
 _F32 = np.dtype(np.float32)
 _loaded: list = []  # [sgemm or None], once looked for
+_lock = threading.Lock()
 
 
 def _library_path() -> str | None:
@@ -110,7 +112,9 @@ def _layout(x: np.ndarray) -> tuple[bytes | None, int]:
 def sgemm() -> Callable | None:
     """The product function, or None where oneDNN is not there (looked for once)."""
     if not _loaded:
-        _loaded.append(_load())
+        with _lock:  # threads calling first at once load it once
+            if not _loaded:
+                _loaded.append(_load())
     return _loaded[0]
 
 
