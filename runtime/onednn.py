@@ -118,4 +118,14 @@ def sgemm() -> Callable | None:
     return _loaded[0]
 
 
+def _after_fork_in_child() -> None:
+    """A child forked while another thread loaded the library starts with a fresh lock."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 __all__ = ["sgemm"]

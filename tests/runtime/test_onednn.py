@@ -225,3 +225,19 @@ def test_xfuse_split_products_0_keeps_openblas(monkeypatch, two_threads, sgemm):
     out = np.empty((512, 128), np.float32)
     prog.matmul(a, a[:128], out, np.dtype(np.float32))
     assert calls == [] and (out == 128.0).all()
+
+
+def test_a_child_forked_while_the_library_loads_can_load_it():
+    # the parent's lock, held by a thread loading the library at the fork, is not the child's
+    code = textwrap.dedent("""
+        import os
+        from xfuse.runtime import onednn
+        onednn._lock.acquire()  # as a loading thread holds it
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if onednn.sgemm() is not None else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "0"
