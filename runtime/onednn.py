@@ -1,6 +1,7 @@
 """float32 products through oneDNN's `dnnl_sgemm`, where the `onednn-cpu-gomp` package is
-installed: on these machines it runs a product at 205-213 GFLOP/s where OpenBLAS's (numpy's)
-runs at 165-190 and XLA's at 186-192 (two cores, the benchmark suite's shapes).
+installed: on these machines it runs at the core's peak on one thread (104-111 GFLOP/s, against
+OpenBLAS's 96-104), and a product split over both cores at 195-213 GFLOP/s, where OpenBLAS's
+(numpy's) runs at 165-190 and XLA's at 186-192 (the benchmark suite's shapes).
 
 Every call runs on the calling thread alone: oneDNN takes its thread count from OpenMP, which
 is set to one around the call and put back after, so OpenMP never starts a team. A team's
