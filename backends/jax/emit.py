@@ -236,11 +236,14 @@ def _dot_general(c: Context) -> str:
         return f"lax.dot_general({lhs}, {rhs}, {numbers}, preferred_element_type={DTYPE_TEXT[c.dtype]})"
     # HIGHEST: f32 products in f32 (a GPU's default would use tf32); half results accumulate
     # in f32 and round once, as the reference's f64 sum rounded once is best approximated.
-    # Half operands are widened first: a product of two f16 or bf16 values is exact in f32, so
-    # the result is the same, and XLA:CPU has no bf16 x bf16 = f32 dot for some layouts.
+    # Half operands are widened first, for a half or an f32 result (preferred_element_type):
+    # a product of two f16 or bf16 values is exact in f32, so the result is the same, and
+    # XLA:CPU has no bf16 x bf16 = f32 dot for some layouts (a batched one: UNIMPLEMENTED,
+    # in jax.jit too).
     accumulate = c.dtype
     if c.dtype in HALF:
         accumulate = DType.F32
+    if accumulate is DType.F32 and any(s.dtype in HALF for s in c.operand_shapes):
         lhs, rhs = (f"lax.convert_element_type({x}, np.float32)" for x in (lhs, rhs))
     dot = (f"lax.dot_general({lhs}, {rhs}, {numbers}, precision=lax.Precision.HIGHEST, "
            f"preferred_element_type={DTYPE_TEXT[accumulate]})")

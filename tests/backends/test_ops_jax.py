@@ -189,3 +189,29 @@ def test_exp_of_a_nan_a_constant_puts_in_is_nan(mode, dtype) -> None:
     for fn in (jnp.exp, jnp.exp2, jnp.expm1, jax.nn.sigmoid):
         got = np.asarray(xfuse.jit(fn, backend="jax", backend_options=options)(x))
         np.testing.assert_array_equal(got.astype(np.float32), np.asarray(jax.jit(fn)(x)).astype(np.float32))
+
+
+@pytest.mark.parametrize("mode", ["fusions", "module"])
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_bfloat16_dot_with_a_float32_result_runs(mode, batched) -> None:
+    # XLA:CPU has no batched bf16 x bf16 = f32 dot (UNIMPLEMENTED, in jax.jit too): the
+    # backend widens half operands to f32 first, which keeps the result (their products are
+    # exact in f32)
+    from jax import lax
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((2, 5, 4)).astype(jax.numpy.bfloat16)
+    b = rng.standard_normal((16, 2, 5)).astype(jax.numpy.bfloat16)
+    batch = ((0,), (1,)) if batched else ((), ())
+
+    def fn(x, y):
+        return lax.dot_general(x, y, (((1,), (2,)), batch), preferred_element_type=jax.numpy.float32)
+
+    got = np.asarray(xfuse.jit(fn, backend="jax", backend_options={"mode": mode})(a, b))
+    spec = "bkf,gbk->bfg" if batched else "akf,gbk->afgb"
+    want = np.einsum(spec, a.astype(np.float64), b.astype(np.float64))
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    if batched:  # what the backend works around
+        with pytest.raises(Exception, match="UNIMPLEMENTED"):
+            jax.block_until_ready(jax.jit(fn)(a, b))

@@ -64,7 +64,10 @@ def run(n: int, seed: int, backends: tuple[str, ...], save: Path | None, max_ste
             totals["mismatches"] += 1
             print(report(program, inputs, problems), file=out)
             if save is not None:
-                print(f"# saved {save_regression(program, inputs, save)}", file=out)
+                try:
+                    print(f"# saved {save_regression(program, inputs, save)}", file=out)
+                except Exception as e:  # noqa: BLE001 - e.g. the eager baseline cannot run it
+                    print(f"# not saved: {type(e).__name__}: {e}", file=out)
         chunk_seed += 1
     seconds = time.perf_counter() - start
     print(f"programs {totals['programs']}, executions {totals['executions']}, "

@@ -349,7 +349,9 @@ def _dot(b: _Builder) -> bool:
     y_contract = [order.index(("c", d)) for d in contract]
     y_batch = [order.index(("b", d)) for d in batch]
     preferred = ""
-    if x.dtype in ("float16", "bfloat16") and (r.random() < 0.5):
+    # (not for a batched bf16 dot: XLA:CPU cannot run bf16 x bf16 = f32 with batch dimensions,
+    # so the eager baseline could not either; the jax backend's tests cover it)
+    if x.dtype in ("float16", "bfloat16") and (r.random() < 0.5) and not (batch and x.dtype == "bfloat16"):
         preferred = ", preferred_element_type=jnp.float32"
     expr = (f"lax.dot_general({{}}, {{}}, ((({', '.join(map(str, contract))},), "
             f"({', '.join(map(str, y_contract))},)), (({', '.join(map(str, batch))},), "
