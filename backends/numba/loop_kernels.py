@@ -1,6 +1,7 @@
 """The numba helpers a native loop's driver calls besides its kernels (`native_loop`): small
 matrix products in the driver's own loops, and the write of a window into a state buffer.
-Drivers compile them in as callees (`native_loop.HELPERS`).
+Drivers compile them in as callees (`native_loop.HELPERS`), so the kernel cache keys on this
+file's source (`cache._KEYED_SOURCES`): a changed helper recompiles the cached drivers.
 """
 
 from __future__ import annotations

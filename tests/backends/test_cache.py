@@ -259,3 +259,19 @@ def test_kernels_of_one_text_with_other_constants_get_entries_of_their_own(tmp_p
         got = compile_module(parse(CONSTANT_IN_A_FUSION.format(last=last)))([x])[0]
         np.testing.assert_array_equal(got, [1, 2, last])
     assert len(entries(tmp_path)) == 2
+
+
+def test_the_drivers_helpers_are_in_the_cache_key(monkeypatch, tmp_path):
+    # a native loop's driver compiles small_matmul_t and put_window in: a changed helper must
+    # not load a driver cached with the old one
+    from xfuse.backends.numba import cache as kernel_cache
+
+    before = kernel_cache.environment_key()
+    here = tmp_path / "numba"
+    for name in kernel_cache._KEYED_SOURCES:
+        (here / name).parent.mkdir(parents=True, exist_ok=True)
+        (here / name).write_bytes((kernel_cache._HERE / name).read_bytes())
+    (here / "loop_kernels.py").write_bytes((here / "loop_kernels.py").read_bytes() + b"\n# changed\n")
+    monkeypatch.setattr(kernel_cache, "_HERE", here)
+    monkeypatch.setattr(kernel_cache, "_environment_key", None)
+    assert kernel_cache.environment_key() != before
