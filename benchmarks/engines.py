@@ -177,7 +177,7 @@ def _threads() -> dict:
     from xfuse.runtime import onednn
     from xfuse.runtime.parallel import num_threads
 
-    return {"xfuse_threads": num_threads(), "onednn_loaded": bool(onednn._loaded and onednn._loaded[0])}
+    return {"xfuse_threads": num_threads(), "onednn_loaded": onednn.loaded()}
 
 
 def _prepare_jax(workload: Workload, inputs: tuple) -> Prepared:

@@ -119,6 +119,11 @@ def sgemm() -> Callable | None:
     return _loaded[0]
 
 
+def loaded() -> bool:
+    """Whether oneDNN has been looked for and loaded (it is on the first large product)."""
+    return bool(_loaded and _loaded[0])
+
+
 def _after_fork_in_child() -> None:
     """A child forked while another thread loaded the library starts with a fresh lock."""
     global _lock
@@ -129,4 +134,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["sgemm"]
+__all__ = ["loaded", "sgemm"]
