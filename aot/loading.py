@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xfuse.runtime.artifact import ArtifactError, Loaded, read
+from xfuse.runtime.executable import guarded_call
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -37,7 +38,7 @@ class ExportedLoaded(Loaded):
             self.executable = deserialize(bytes(blob("exported")))
         except (ExportError, ValueError) as error:
             raise ArtifactError(f"{where}: {error}") from None
-        self._runner = self.executable
+        self._guarded = None if self._fast is None else guarded_call(self._fast, self._single, self.executable)
 
     def call_async(self, *args, **kwargs) -> Future:
         """A `concurrent.futures.Future` of the result (jax dispatches asynchronously itself)."""

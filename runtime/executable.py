@@ -34,6 +34,10 @@ class BufferSpec(namedtuple("BufferSpec", "shape dtype")):
         return size * np.dtype(self.dtype).itemsize
 
 
+# What `Executable.guarded_runner`'s function returns for arguments it does not take.
+MISS = object()
+
+
 class KernelError(RuntimeError):
     """A step failed; names the step (the kernel and its fusion)."""
 
@@ -120,6 +124,23 @@ class Executable:
 
         return make
 
+    def _direct(self) -> tuple | None:
+        """(fn, rows, shape, dtype, make, step) when the program is one kernel reading the
+        arguments in order into its one output, which it returns: the call is then
+        `fn(0, rows, *arrays, out)` on a buffer from `make()` (np.empty(shape, dtype) when
+        `shape` is not None)."""
+        if len(self.program) != 1 or self.constants or self.plan.in_place:
+            return None
+        alias, run, ins, outs, makers, packed = self.program[0]
+        direct = getattr(run, "direct", None)
+        if alias or packed or direct is None or len(makers) != 1 \
+                or list(ins) != list(self.params) or list(outs) != list(self.results):
+            return None
+        spec = self.steps[0].out_specs[0]
+        small = spec.nbytes < MIN_BYTES and (0, 0) not in self.plan.offsets
+        shape, dtype = (tuple(spec.shape), np.dtype(spec.dtype)) if small else (None, None)
+        return (*direct, shape, dtype, partial(makers[0], None, None), self.steps[0])
+
     def runner(self) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
         """The cheapest callable equal to `self(arrays)`: for one kernel reading the arguments
         in order and returning its outputs, a closure with no step loop (the dispatch fast
@@ -130,10 +151,9 @@ class Executable:
         if alias or packed or list(ins) != list(self.params) or list(outs) != list(self.results):
             return self
         step = self.steps[0]
-        allocate = [partial(m, None, None) for m in makers]
-        direct = getattr(run, "direct", None)
-        if direct is not None and len(allocate) == 1:  # one kernel, one output: the least work
-            (fn, rows), (make,) = direct, allocate
+        direct = self._direct()
+        if direct is not None:  # one kernel, one output: the least work
+            fn, rows, _, _, make, _ = direct
 
             def call_one(arrays):
                 out = make()
@@ -144,6 +164,7 @@ class Executable:
                 return [out]
 
             return call_one
+        allocate = [partial(m, None, None) for m in makers]
 
         def call(arrays):
             outputs = [a() for a in allocate]
@@ -154,6 +175,13 @@ class Executable:
             return outputs
 
         return call
+
+    def guarded_runner(self, expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool) -> Callable:
+        """`guarded_call` of this program: straight to its kernel when it is one (`_direct`)."""
+        direct = self._direct()
+        if direct is None:
+            return guarded_call(expected, single, self.runner())
+        return guarded_call(expected, single, direct=(len(self.params), *direct))
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.finish(self.run_steps(arrays))
@@ -203,6 +231,43 @@ class Executable:
         code = sum(len(text) for text in self.kernel_sources.values())
         return MemoryStats(p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, code,
                            p.unplanned_bytes)
+
+
+def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool,
+                 call: Callable | None = None, direct: tuple | None = None) -> Callable:
+    """`run(args)`: `call(args)` for a tuple of exactly `len(expected)` plain ndarrays of the
+    (shape, dtype) in `expected`, else `MISS`, without running anything; with `expected` None,
+    the caller has checked the arguments. The outputs are a list, or the only one itself when
+    `single`. `direct`, instead of `call`: (arguments, *`Executable._direct()`), a kernel
+    called on the arguments and a new output buffer. The guard and the call are one generated
+    function, so a small call pays for one Python frame and the kernel's dispatch (the fast
+    paths of `Compiled`, `xfuse.jit` and artifacts)."""
+    n = len(expected) if expected is not None else direct[0] if direct is not None else 0
+    names = [f"a{i}" for i in range(n)]
+    env: dict = {"ndarray": np.ndarray, "MISS": MISS, "len": len, "type": type, "empty": np.empty}
+    lines = ["def run(args):"]
+    if expected is not None:
+        lines += [f"    if len(args) != {n}:", "        return MISS"]
+        if names:
+            lines.append(f"    {', '.join(names)}, = args")
+        for i, (shape, dtype) in enumerate(expected):
+            env[f"s{i}"], env[f"d{i}"] = tuple(shape), np.dtype(dtype)
+            lines += [f"    if type(a{i}) is not ndarray or a{i}.shape != s{i} or a{i}.dtype is not d{i}:",
+                      "        return MISS"]
+    if direct is not None:
+        if expected is None and names:
+            lines.append(f"    {', '.join(names)}, = args")
+        _, env["fn"], env["rows"], env["so"], env["do"], env["make"], step = direct
+        env["failed"] = step.failed
+        lines += ["    out = empty(so, do)" if env["so"] is not None else "    out = make()",
+                  "    try:", f"        fn(0, rows, {''.join(n + ', ' for n in names)}out)",
+                  "    except Exception as e:", "        raise failed(e) from e",
+                  "    return out" if single else "    return [out]"]
+    else:
+        env["call"] = call
+        lines.append("    return call(args)[0]" if single else "    return call(args)")
+    exec(compile("\n".join(lines) + "\n", "<xfuse fast path>", "exec"), env)
+    return env["run"]
 
 
 class MemoryStats(namedtuple("MemoryStats", "argument_size_in_bytes output_size_in_bytes alias_size_in_bytes "

@@ -21,6 +21,7 @@ from . import frontend_bridge as bridge
 from . import signature as sig
 from .compiler import _DEFAULT as _CHOICE  # the innermost default_backend block: in the keys
 from .compiler import check_passes, make_choice
+from .runtime.executable import MISS
 from .stages import CallInfo, Compiled, Lowered
 
 # A numpy argument's part of a fast-path key: its class (so a jax array or an ndarray subclass
@@ -68,7 +69,10 @@ class Jitted:
         if both:
             raise ValueError(f"donate_argnums and static_argnums both name argument {min(both)}")
         self._cache: dict[tuple, Compiled] = {}
-        self._fast: dict[tuple, Callable] = {}
+        # key -> (run, guarded run or None); _last: (x64, backend choice, guarded run) of the
+        # signature last called, tried first (its guard checks the arguments).
+        self._fast: dict[tuple, tuple] = {}
+        self._last: tuple = (None, None, None)
         self._device_fast = False  # whether _fast holds entries for jax arrays
         self._lock = threading.Lock()
         self._compiling: dict[tuple, threading.Lock] = {}
@@ -77,18 +81,26 @@ class Jitted:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: object, **kwargs: object) -> object:
         if not kwargs and self._fast:  # the fast path: positional numpy arrays seen before
+            last = self._last  # the signature called last, checked by its own guard
+            if last[0] is _X64.value and last[1] is _CHOICE.get():
+                outputs = last[2](args)
+                if outputs is not MISS:
+                    return outputs
             try:  # (class, shape, dtype) of each argument, mapped in C
-                run = self._fast.get((_X64.value, _CHOICE.get(), *map(_SIGNATURE, args)))
+                key = (_X64.value, _CHOICE.get(), *map(_SIGNATURE, args))
+                run = self._fast.get(key)
             except (AttributeError, TypeError):  # a scalar, or an object with an unhashable shape:
                 run = None  # the slow path says what is wrong with it
             if run is not None:
-                return run(args)
+                if run[1] is not None:
+                    self._last = (key[0], key[1], run[1])
+                return run[0](args)
             if self._device_fast:  # jax arrays, for a backend that takes them as they are
                 key = [(a.shape, a.dtype) for a in args if type(a) is _JaxArray and not a.weak_type]
                 if len(key) == len(args):
                     run = self._fast.get((_X64.value, _CHOICE.get(), "device", *key))
                     if run is not None:
-                        return run(args)
+                        return run[0](args)
         key, leaves, specs = self._key_and_leaves(args, kwargs)
         compiled = self._cache.get(key)
         if compiled is None:
@@ -101,10 +113,14 @@ class Jitted:
             # passed through untouched: next time the shapes and dtypes alone select the
             # executable.
             if all(type(a) is ndarray for a in args):
-                self._fast[(_X64.value, _CHOICE.get(), *map(_SIGNATURE, args))] = compiled.fast_runner()
+                guarded = compiled.guarded_runner()
+                self._fast[(_X64.value, _CHOICE.get(), *map(_SIGNATURE, args))] = \
+                    (compiled.fast_runner(), guarded)
+                if guarded is not None:
+                    self._last = (_X64.value, _CHOICE.get(), guarded)
             elif all(type(a) is _JaxArray and not a.weak_type for a in args):
                 signature = [(a.shape, a.dtype) for a in args]
-                self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = compiled.fast_runner()
+                self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = (compiled.fast_runner(), None)
                 self._device_fast = True
         return outputs
 

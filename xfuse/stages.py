@@ -16,8 +16,14 @@ from jax._src.array import ArrayImpl as _JaxArray
 
 from xfuse.fusion import FusionReport, cost_analysis
 from xfuse.hlo import Module
+from xfuse.runtime.executable import MISS
 
 from . import signature as sig
+
+
+def _never(args: tuple) -> object:
+    """The guarded call before the first call, or for executables without one: no match."""
+    return MISS
 
 
 def _takes_device_arrays(backend: str) -> bool:
@@ -87,6 +93,7 @@ class Compiled:
         self._result = result
         self._device_arrays = _takes_device_arrays(lowered.backend)
         self._fast = None  # (signature, runner) once known; () when there is no fast path
+        self._guarded = _never  # the runtime's guarded call, once the first call has settled it
 
     def as_text(self) -> str:
         """The optimised module."""
@@ -211,6 +218,9 @@ class Compiled:
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         if not kwargs:
+            outputs = self._guarded(args)
+            if outputs is not MISS:
+                return outputs
             fast = self._fast
             if fast is None:
                 expected = self._fast_signature()
@@ -219,6 +229,7 @@ class Compiled:
                 else:  # the first call first: the fast path is chosen for kernels it has settled
                     outputs = self.call_flat(self._checked_arrays(args, kwargs))
                     self._fast = (expected, self.fast_runner())
+                    self._guarded = self._guarded_runner(expected)
                     return outputs
             # Every argument must be counted: one of another type beside matching arrays
             # (an ndarray subclass, say) would reach the kernels in a matching array's place.
@@ -230,6 +241,30 @@ class Compiled:
                 ]:
                     return fast[1](args)
         return self.call_flat(self._checked_arrays(args, kwargs))
+
+    def guarded_runner(self) -> Callable | None:
+        """run(args): the outputs for positional plain ndarrays of this signature, else MISS;
+        None when the signature has no fast path (`_fast_signature`)."""
+        expected = self._fast_signature()
+        return None if expected is None else self._guarded_runner(expected)
+
+    def _guarded_runner(self, expected: list) -> Callable:
+        """run(args): the output pytree for positional plain ndarrays of exactly the expected
+        shapes and dtypes, else MISS (the first check of every call)."""
+        make = getattr(self.executable, "guarded_runner", None)
+        tree = self.lowered.out_tree
+        single = jax.tree_util.treedef_is_leaf(tree)
+        if make is not None and single:
+            return make(expected, single=True)
+        run = make(expected, single=False) if make is not None else None
+        if run is None:
+            return _never
+
+        def unflattened(args):
+            outputs = run(args)
+            return outputs if outputs is MISS else jax.tree_util.tree_unflatten(tree, outputs)
+
+        return unflattened
 
     def _checked_arrays(self, args: tuple, kwargs: dict) -> list:
         """The arguments as canonical arrays; TypeError naming the first that does not fit."""
@@ -252,8 +287,12 @@ class Compiled:
     def fast_runner(self) -> Callable:
         """run(arrays) -> outputs for arguments already known to match (the jit fast path)."""
         executable, tree = self.executable, self.lowered.out_tree
+        single = jax.tree_util.treedef_is_leaf(tree)
+        make = getattr(executable, "guarded_runner", None)
+        if make is not None and single:
+            return make(None, single=True)
         executable = getattr(executable, "runner", lambda: executable)()
-        if jax.tree_util.treedef_is_leaf(tree):
+        if single:
             return lambda arrays: executable(arrays)[0]
         return lambda arrays: jax.tree_util.tree_unflatten(tree, executable(arrays))
 

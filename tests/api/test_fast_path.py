@@ -132,15 +132,65 @@ def python_calls(fn) -> list[str]:
 
 def test_a_one_kernel_call_goes_straight_to_its_kernel_once_settled():
     """The fast path is chosen after the first call, which compiled (or loaded) the kernel and
-    settled it, so later calls skip the step wrapper that only the first call needed."""
+    settled it, so later calls skip the step wrapper that only the first call needed: the
+    entry point calls one generated function, which checks the arguments, allocates the
+    output and calls the kernel's dispatcher."""
     x = np.arange(4, dtype=np.float32)
     jitted = xfuse.jit(lambda x: x + 1)
     compiled = jitted.lower(x).compile()
     for call in (lambda: jitted(x), lambda: compiled(x)):
         np.testing.assert_array_equal(call(), x + 1)  # the first call: compiles, settles
         names = python_calls(call)
-        assert "call_one" in names and "serial" not in names, names
+        assert names == ["<lambda>", "__call__", "run", "k_fusion_0"], names  # the kernel too
         np.testing.assert_array_equal(call(), x + 1)
+
+
+def test_the_guarded_call_takes_only_the_signature_it_was_made_for():
+    """Each argument is checked by its class, shape and dtype before the kernel runs; anything
+    else falls through to the checked path (which compiles another signature or says what is
+    wrong) and gives the same values as jax.jit."""
+    x = np.arange(4, dtype=np.float32)
+    jitted = xfuse.jit(lambda x, y: x * 2 + y)
+    compiled = jitted.lower(x, x).compile()
+    for fn in (jitted, compiled):
+        np.testing.assert_array_equal(fn(x, x), 3 * x)  # settles the guarded call
+        np.testing.assert_array_equal(fn(x, x), 3 * x)
+        assert fn(x, x) is not fn(x, x)  # a fresh output each call
+        strided = np.arange(8, dtype=np.float32)[::2]
+        np.testing.assert_array_equal(fn(strided, x), strided * 2 + x)
+        np.testing.assert_array_equal(fn(x, x.reshape(1, 4)[0]), 3 * x)
+        with pytest.raises(TypeError):
+            fn(x)
+        with pytest.raises(TypeError):
+            fn(x, x, x)
+        np.testing.assert_array_equal(fn(x, x), 3 * x)
+    with pytest.raises(TypeError, match="should be"):
+        compiled(x, np.arange(5, dtype=np.float32))
+    converted = compiled(x, x.astype(np.float64))  # canonicalised as jax does without x64
+    assert converted.dtype == np.float32
+    np.testing.assert_array_equal(converted, 3 * x)
+    np.testing.assert_array_equal(jitted(x.astype(np.int32), x), x * 2 + x)  # a new signature
+    np.testing.assert_array_equal(jitted(np.arange(6, dtype=np.float32), np.ones(6, np.float32)),
+                                  np.arange(6) * 2 + 1)
+    np.testing.assert_array_equal(jitted(x, x), 3 * x)  # and back to the first
+    assert jitted._cache_size() == 3
+
+
+def test_jitted_tries_the_signature_it_called_last_first():
+    """Alternating signatures each take the guarded call of the last one or the dictionary of
+    signatures: every result is right, and x64 or another backend block is never served by a
+    guarded call made outside it."""
+    jitted = xfuse.jit(lambda x: x + 1)
+    a, b = np.arange(4, dtype=np.float32), np.arange(3, dtype=np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitted(a), a + 1)
+        np.testing.assert_array_equal(jitted(b), b + 1)
+    with xfuse.default_backend("reference"):
+        out = jitted(a)
+        assert jitted._last[1] is not None
+        np.testing.assert_array_equal(out, a + 1)
+    np.testing.assert_array_equal(jitted(a), a + 1)
+    assert jitted._cache_size() == 3
 
 
 def test_a_settled_product_with_its_epilogue_in_place_skips_the_general_path():

@@ -65,7 +65,8 @@ def test_the_baseline_is_within_its_own_bounds_and_jax_jit_too(case):
 @given(programs_with_inputs(max_steps=6))
 def test_wrong_results_are_caught(case):
     """Results a bug would give (one element off by 1%, a NaN lost, a sign of zero flipped,
-    an integer off by one, a wrong shape) are reported wherever the bounds call them exact."""
+    an integer off by one, a wrong shape) are reported wherever the bounds call them exact.
+    A float moves away from zero (x * 1.01 + sign(x)): x * 1.01 + 1 is x itself at -100."""
     program, inputs = case
     want, bounds = evaluate(program, inputs)
     for w, b in zip(want, bounds):
@@ -82,7 +83,7 @@ def test_wrong_results_are_caught(case):
             wrong[i] = wrong[i] + 1
         else:
             x = float(wrong[i])
-            wrong[i] = 1.0 if np.isnan(x) else (-x if x == 0 else np.nan if np.isinf(x) else x * 1.01 + 1)
+            wrong[i] = 1.0 if np.isnan(x) else (-x if x == 0 else np.nan if np.isinf(x) else x * 1.01 + np.sign(x))
         assert compare(wrong.reshape(w.shape), w, b).reshape(-1)[i]
         assert describe("broken", [w[..., None]], [w], [b])  # a wrong shape
 
