@@ -439,3 +439,87 @@ def test_partial_cores_are_the_full_functions_bit_for_bit(core, full, suffix, lo
     _unary_kernel(getattr(module, full))(x, want)
     same = (got.view(f"u{dtype().itemsize}") == want.view(f"u{dtype().itemsize}")) | (np.isnan(got) & np.isnan(want))
     assert same.all(), x[~same][:5]
+
+
+# ------------------------------------------------------------------------------------ scaling
+_SCALE_SCRIPT = """
+import sys, numpy as np, numba
+from xfuse.backends.numba import mathlib
+from xfuse.backends.numba.mathlib import core
+x32, x64 = np.load(sys.argv[1]), np.load(sys.argv[2])
+out = {"scalef": np.array(core.SCALEF)}
+for name in ("exp", "exp2", "expm1", "logistic", "tanh"):
+    for suffix, x in (("f32", x32), ("f64", x64)):
+        fn = getattr(mathlib, f"{name}_{suffix}")
+
+        @numba.njit
+        def loop(a, o):
+            for i in range(a.size):
+                o[i] = fn(a[i])
+
+        o = np.empty_like(x)
+        loop(x, o)
+        out[f"{name}_{suffix}"] = o
+np.savez(sys.argv[3], **out)
+"""
+
+
+def _scale_edges(dtype) -> np.ndarray:
+    info = np.finfo(dtype)
+    top = 89.0 if dtype == F32 else 709.0
+    low = -104.0 if dtype == F32 else -745.0
+    rng = np.random.default_rng(SEED)
+    return np.concatenate([
+        np.array([0.0, -0.0, np.nan, np.inf, -np.inf, top, top + 0.7, low, low - 1.0, 1.0, -1.0,
+                  info.tiny, -info.tiny, info.smallest_subnormal], dtype),
+        rng.uniform(low - 5, top + 2, 20_000).astype(dtype),  # subnormal results and overflow
+        rng.uniform(-20, 20, 20_000).astype(dtype),
+    ])
+
+
+def test_scaling_by_vscalef_equals_scaling_by_two_factors(tmp_path):
+    """Where the CPU has AVX-512, exp and exp2 scale by 2**k with llvm.ldexp (one vscalef);
+    numba told the same CPU without AVX-512 (NUMBA_CPU_FEATURES) takes the two-factor scaling.
+    Both round once, so the functions built on them agree bit for bit, subnormal results,
+    overflow, NaN and infinities included."""
+    import os
+    import subprocess
+    import sys
+
+    from llvmlite import binding
+
+    from xfuse.backends.numba.mathlib import core
+
+    features = ",".join(("-" + f[1:]) if f.startswith("+avx512") else f
+                        for f in binding.get_host_cpu_features().flatten().split(","))
+
+    paths = [tmp_path / "x32.npy", tmp_path / "x64.npy"]
+    np.save(paths[0], _scale_edges(F32))
+    np.save(paths[1], _scale_edges(F64))
+    results = {}
+    for cpu in ("host", "no_avx512"):
+        env = dict(os.environ)
+        env.pop("NUMBA_CPU_NAME", None)
+        env.pop("NUMBA_CPU_FEATURES", None)
+        if cpu == "no_avx512":
+            env["NUMBA_CPU_FEATURES"] = features
+        out = tmp_path / f"{cpu}.npz"
+        subprocess.run([sys.executable, "-c", _SCALE_SCRIPT, *map(str, paths), str(out)], env=env,
+                       check=True, capture_output=True, text=True, timeout=600)
+        results[cpu] = dict(np.load(out))
+    assert bool(results["host"]["scalef"]) == core.SCALEF and not results["no_avx512"]["scalef"]
+    for key, got in results["host"].items():
+        if key == "scalef":
+            continue
+        want = results["no_avx512"][key]
+        unsigned = f"u{got.dtype.itemsize}"
+        same = (got.view(unsigned) == want.view(unsigned)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), f"{key}: {np.flatnonzero(~same)[:5]}"
+
+
+def test_exp_scales_with_ldexp_where_the_cpu_has_avx512():
+    k = kernel("exp", "f32")
+    llvm = k.inspect_llvm(k.signatures[0])
+    from xfuse.backends.numba.mathlib import core
+
+    assert ("llvm.ldexp" in llvm) == core.SCALEF

@@ -79,6 +79,43 @@ def _div(typingctx, a, b):
     return a(a, b), codegen
 
 
+def _has_scalef() -> bool:
+    """Whether the kernels numba compiles here may use AVX-512 (its vscalefps/pd computes
+    p * 2**k rounded once, in one instruction): the host's features, or those numba is told to
+    compile for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)."""
+    from llvmlite import binding
+    from numba.core import config
+
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else (
+        binding.get_host_cpu_features().flatten() if config.CPU_NAME in (None, "host") else "")
+    return "+avx512f" in features.split(",")
+
+
+SCALEF = _has_scalef()
+
+
+@intrinsic
+def _ldexp(typingctx, p, k):
+    """p * 2**k, rounded once (k an integer, as int32) as llvm.ldexp: vscalefps/pd in vector
+    loops where the CPU has AVX-512 (`SCALEF`). Elsewhere LLVM makes it a call to libm's
+    ldexp, so the math functions use it only where SCALEF holds."""
+    if not (isinstance(p, types.Float) and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value, exponent = args
+        i32 = ir.IntType(32)
+        if exponent.type.width > 32:
+            exponent = builder.trunc(exponent, i32)
+        elif exponent.type.width < 32:
+            exponent = builder.sext(exponent, i32)
+        fn = builder.module.declare_intrinsic("llvm.ldexp", [value.type, i32],
+                                              ir.FunctionType(value.type, [value.type, i32]))
+        return builder.call(fn, [value, exponent])
+
+    return p(p, k), codegen
+
+
 @_inline
 def _div3(i):
     """i // 3 for 0 <= i < 2**31, as a multiply and shift (numba's `//` checks for zero)."""

@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from .core import F32, F64, _bits32, _bits64, _div, _div3, _float32, _fma, _inline, _pow2_f32, _signbit32
+from .core import (F32, F64, SCALEF, _bits32, _bits64, _div, _div3, _float32, _fma, _inline, _ldexp, _pow2_f32,
+                   _signbit32)
 from .f64 import _MAGIC_F64, _log2_f64, exp2_f64, exp_f64
 
 
@@ -44,11 +45,20 @@ def _exp_poly_f32(r):
     return F32(1.0) + _fma(r * r, p, r)
 
 
-@_inline
-def _scale_f32(p, k):
-    """p * 2**k for k in [-252, 254], rounded once: two factors in the normal range."""
-    k1 = I32(k >> 1)
-    return p * _pow2_f32(k1) * _pow2_f32(I32(k - k1))
+if SCALEF:
+
+    @_inline
+    def _scale_f32(p, k):
+        """p * 2**k, rounded once: one vscalefps (exp over float32: 0.35 against 0.59 ns)."""
+        return _ldexp(p, k)
+
+else:
+
+    @_inline
+    def _scale_f32(p, k):
+        """p * 2**k for k in [-252, 254], rounded once: two factors in the normal range."""
+        k1 = I32(k >> 1)
+        return p * _pow2_f32(k1) * _pow2_f32(I32(k - k1))
 
 
 @_inline

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .core import F32, F64, _bits64, _div, _div3, _float64, _fma, _inline, _pow2_f64, _signbit64
+from .core import F32, F64, SCALEF, _bits64, _div, _div3, _float64, _fma, _inline, _ldexp, _pow2_f64, _signbit64
 
 
 
@@ -26,10 +26,20 @@ _LN2_HI_F64 = F64(6.93147180369123816490e-01)  # 32 significant bits
 _LN2_LO_F64 = F64(1.90821492927058770002e-10)
 
 
-@_inline
-def _scale_f64(p, k):
-    k1 = k >> 1
-    return p * _pow2_f64(k1) * _pow2_f64(k - k1)
+if SCALEF:
+
+    @_inline
+    def _scale_f64(p, k):
+        """p * 2**k, rounded once: one vscalefpd."""
+        return _ldexp(p, k)
+
+else:
+
+    @_inline
+    def _scale_f64(p, k):
+        """p * 2**k for k in [-2044, 2046], rounded once: two factors in the normal range."""
+        k1 = k >> 1
+        return p * _pow2_f64(k1) * _pow2_f64(k - k1)
 
 
 @_inline
