@@ -31,7 +31,9 @@ that (and for NaN and inf) they branch to libm, whose reduction is exact for any
 loop calling them runs scalar (correct like XLA's, never the wrong period).
 The f64 erf, erfc, sin, cos, tan and pow are libm calls: exact enough, but a loop calling them
 does not vectorise. On a CPU without FMA, fmuladd rounds twice (errors may grow by an ulp) and
-vector fmuladd may be split into calls. `core` holds the intrinsics, `f64` the float64 functions
+vector fmuladd may be split into calls. exp and exp2 scale by 2**k with `llvm.ldexp` (one
+vscalefps/pd) where numba compiles for AVX-512 (`core.SCALEF`), else with two factors built
+from integers: both round once, so the results are the same bit for bit. `core` holds the intrinsics, `f64` the float64 functions
 (and the f64 pieces the f32 ones borrow), `f32` the float32 ones. Imports numba, numpy and
 llvmlite only.
 """
