@@ -297,6 +297,31 @@ def test_arguments_are_checked_as_compiled_checks_them(saved) -> None:
     assert_same(tree(wide, np.asfortranarray(tx)), tree(params, tx))
 
 
+def test_a_call_of_the_exact_signature_takes_the_guarded_function(saved) -> None:
+    """Positional plain ndarrays of the signature go through one generated function (guard,
+    buffer, kernels); anything else (an ndarray subclass, a float64 array) takes the checked
+    path, with the same result."""
+    import sys as _sys
+
+    class Sub(np.ndarray):
+        pass
+
+    for name in ("chain", "softmax_relu"):
+        path, args, jit_result, _ = saved[name]
+        loaded = xfuse.aot.load(path)
+        loaded(*args)
+        files = []
+        _sys.setprofile(lambda frame, event, arg: files.append(frame.f_code.co_filename) if event == "call" else None)
+        try:
+            got = loaded(*args)
+        finally:
+            _sys.setprofile(None)
+        assert "<xfuse fast path>" in files, files
+        assert_same(got, jit_result)
+        assert_same(loaded(*(a.view(Sub) for a in args)), jit_result)
+        assert_same(loaded(*(a.astype(np.float64) for a in args)), jit_result, rtol=2e-5, atol=2e-5)
+
+
 def test_manifest_records_signature_target_and_plan(saved) -> None:
     manifest, _ = artifact.read(saved["softmax_relu"][0])
     assert manifest["signature"]["args"] == [[[64, 512], "float32", False], [[512, 1024], "float32", False],
