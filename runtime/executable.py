@@ -124,46 +124,40 @@ class Executable:
 
         return make
 
-    def _direct(self) -> tuple | None:
-        """(fn, rows, shape, dtype, make, step) when the program is one kernel reading the
-        arguments in order into its one output, which it returns: the call is then
-        `fn(0, rows, *arrays, out)` on a buffer from `make()` (np.empty(shape, dtype) when
-        `shape` is not None)."""
+    def _lone_step(self) -> tuple | None:
+        """The program's one step when it reads the arguments in order and returns its outputs
+        as they are (no constants, no buffer reused in place, not an alias), else None."""
         if len(self.program) != 1 or self.constants or self.plan.in_place:
             return None
-        alias, run, ins, outs, makers, packed = self.program[0]
-        direct = getattr(run, "direct", None)
-        if alias or packed or direct is None or len(makers) != 1 \
-                or list(ins) != list(self.params) or list(outs) != list(self.results):
+        alias, run, ins, outs, makers, packed = lone = self.program[0]
+        if alias or packed or list(ins) != list(self.params) or list(outs) != list(self.results):
+            return None
+        return lone
+
+    def _direct(self) -> tuple | None:
+        """(arguments, fn, rows, shape, dtype, make, step) when the lone step is a settled
+        kernel with one output: the call is then `fn(0, rows, *arrays, out)` on a buffer from
+        `make()` (np.empty(shape, dtype) when `shape` is not None)."""
+        lone = self._lone_step()
+        direct = getattr(lone[1], "direct", None) if lone is not None else None
+        if direct is None or len(lone[4]) != 1:
             return None
         spec = self.steps[0].out_specs[0]
         small = spec.nbytes < MIN_BYTES and (0, 0) not in self.plan.offsets
         shape, dtype = (tuple(spec.shape), np.dtype(spec.dtype)) if small else (None, None)
-        return (*direct, shape, dtype, partial(makers[0], None, None), self.steps[0])
+        return (len(self.params), *direct, shape, dtype, partial(lone[4][0], None, None), self.steps[0])
 
     def runner(self) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
-        """The cheapest callable equal to `self(arrays)`: for one kernel reading the arguments
-        in order and returning its outputs, a closure with no step loop (the dispatch fast
-        path); otherwise `self`."""
-        if len(self.program) != 1 or self.constants or self.plan.in_place:
-            return self
-        alias, run, ins, outs, makers, packed = self.program[0]
-        if alias or packed or list(ins) != list(self.params) or list(outs) != list(self.results):
-            return self
-        step = self.steps[0]
+        """The cheapest callable equal to `self(arrays)`: for one step reading the arguments in
+        order and returning its outputs, a closure with no step loop (straight to the kernel
+        when it is one, `guarded_call`); otherwise `self`."""
         direct = self._direct()
         if direct is not None:  # one kernel, one output: the least work
-            fn, rows, _, _, make, _ = direct
-
-            def call_one(arrays):
-                out = make()
-                try:
-                    fn(0, rows, *arrays, out)
-                except Exception as e:
-                    raise step.failed(e) from e
-                return [out]
-
-            return call_one
+            return guarded_call(None, False, direct=direct)
+        lone = self._lone_step()
+        if lone is None:
+            return self
+        run, makers, step = lone[1], lone[4], self.steps[0]
         allocate = [partial(m, None, None) for m in makers]
 
         def call(arrays):
@@ -181,7 +175,7 @@ class Executable:
         direct = self._direct()
         if direct is None:
             return guarded_call(expected, single, self.runner())
-        return guarded_call(expected, single, direct=(len(self.params), *direct))
+        return guarded_call(expected, single, direct=direct)
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.finish(self.run_steps(arrays))
@@ -238,8 +232,8 @@ def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool
     """`run(args)`: `call(args)` for a tuple of exactly `len(expected)` plain ndarrays of the
     (shape, dtype) in `expected`, else `MISS`, without running anything; with `expected` None,
     the caller has checked the arguments. The outputs are a list, or the only one itself when
-    `single`. `direct`, instead of `call`: (arguments, *`Executable._direct()`), a kernel
-    called on the arguments and a new output buffer. The guard and the call are one generated
+    `single`. `direct`, instead of `call`: `Executable._direct()`, a kernel called on the
+    arguments and a new output buffer. The guard and the call are one generated
     function, so a small call pays for one Python frame and the kernel's dispatch (the fast
     paths of `Compiled`, `xfuse.jit` and artifacts)."""
     n = len(expected) if expected is not None else direct[0] if direct is not None else 0
