@@ -111,6 +111,68 @@ def dot_in_output(comp: Computation, dot: Instruction | None, space) -> bool:
     return True
 
 
+_ROW_REDUCTIONS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
+
+
+def row_slices(comp: Computation, dot: Instruction | None) -> list[int] | None:
+    """For an output fusion, how to cut each parameter so that its kernel can run over rows
+    [0, e - s) of a block [s, e) of its result, the dot's block alone computed (the runtime's
+    chains): per parameter, in order, the axis its reads walk with the kernel's outer loop
+    (slice it there), or -1 where no read depends on that loop (a dot operand only the dot
+    reads, a bias broadcast along the rows). None where the kernel's values depend on the
+    row's absolute index otherwise (an iota along it, a slice, a gather, a constant array read
+    by row) or its outer loop is not the result's first axis.
+
+    Walks back from the output, which the outer loop indexes at axis 0: elementwise operands
+    are read at the same index, a broadcast's operand at the axis mapped to it, a reduction's
+    (over other axes) at the matching operand axis, the dot's result at axis 0 (the kernel
+    reads it relative to `dot_start`)."""
+    root = comp.root_instruction
+    if dot is None or isinstance(root.shape, TupleShape) or not root.array_shape.rank \
+            or root.array_shape.dims[0] != dot.array_shape.dims[0]:
+        return None
+    axis: dict[str, int | None] = {root.name: 0}  # where the outer loop's index is in each read
+
+    def reach(name: str, at: int | None) -> bool:
+        if name in axis and axis[name] != at:
+            return False
+        axis[name] = at
+        return True
+
+    for inst in reversed(comp.instructions):
+        if inst.name not in axis or inst.op is Op.PARAMETER:
+            continue
+        at = axis[inst.name]
+        if inst is dot or inst.name == dot.name:
+            if at not in (0, None):
+                return None
+            continue
+        if inst.op is Op.CONSTANT:
+            if at is not None and inst.array_shape.rank:
+                return None  # an array constant, read by absolute row
+            continue
+        if at is None:
+            targets = [(o, None) for o in inst.operands]
+        elif inst.info.kind is Kind.ELEMENTWISE:
+            targets = [(o, None if not comp[o].array_shape.rank else at) for o in inst.operands]
+        elif inst.op is Op.BROADCAST_IN_DIM:
+            (operand,) = inst.operands
+            dims = list(inst.attr("dims"))
+            j = dims.index(at) if at in dims else None
+            targets = [(operand, j if j is not None and comp[operand].array_shape.dims[j] > 1 else None)]
+        elif inst.op is Op.IOTA and inst.attr("dimension") != at:
+            targets = []  # counts along another axis: the same in every row (a causal mask)
+        elif inst.op in _ROW_REDUCTIONS:
+            axes = sorted(inst.attr("axes"))
+            kept = [d for d in range(inst.array_shape.rank + len(axes)) if d not in axes]
+            targets = [(inst.operands[0], kept[at])]
+        else:
+            return None  # an iota along the rows, a slice, a gather, ...: by absolute row
+        if not all(reach(o, a) for o, a in targets):
+            return None
+    return [-1 if axis.get(p.name) is None else axis[p.name] for p in comp.parameters]
+
+
 def work_estimate(comp: Computation, space) -> int:
     """Elements of the iteration space, times 1 + TRANSCENDENTAL_WORK per transcendental op."""
     if space is not None:

@@ -17,7 +17,7 @@ from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
 
 from .library_steps import LIBRARY_OPS, library_step, library_step_of
 from .control import control_step, entry, kernel_name, window
-from .analysis import flattenable, output_shapes, space_of
+from .analysis import flattenable, output_shapes, row_slices, space_of
 from .kernels import KernelSource, write_kernel
 from .scan import ScanForm, scan_form, write_scan_kernel
 from .prepare import canonical, inline_calls
@@ -171,7 +171,8 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
         step["dot"] = {"lhs": list(lhs.dims), "rhs": list(rhs.dims), "contracting": _pairs(dot.attr("contracting")),
                        "batch": _pairs(dot.attr("batch")), "dims": dims, "dtype": dtype,
                        "operands": [source.params.index(o) for o in dot.operands],
-                       "row_blocked": source.row_blocked, "in_out": source.dot_in_out}
+                       "row_blocked": source.row_blocked, "in_out": source.dot_in_out,
+                       "row_slices": row_slices(body, dot) if source.row_blocked else None}
     return step
 
 
