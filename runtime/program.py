@@ -353,7 +353,9 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
 # ---------------------------------------------------------------------------- chains
 # A chain's blocks of leading rows hold about this many bytes of the fusion's result: each
 # block's product, epilogue and second product run one after another on one thread while the
-# block is in cache (attention's 8 heads of 256x256 float32 make 2 MiB).
+# block is in cache (attention's 8 heads of 256x256 float32 make 2 MiB). Smaller blocks pay
+# the calls' overhead more often: at 16x4x128x32, blocks of one row (256 KiB) took 1.8 ms
+# against 1.4 ms as three steps, blocks of eight 1.5 ms against 1.7 ms.
 CHAIN_BLOCK_BYTES = 1 << 21
 
 
@@ -391,22 +393,39 @@ def chained(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) ->
         and min(_macs(d), _macs(b)) >= SPLIT_PRODUCT_MIN
 
 
+def _block_products(d: dict, lhs_axis: int, rhs_axis: int) -> Callable[[int], Callable]:
+    """product(count): `make_dot` for a block of `count` rows of the dot `d` (its operands cut
+    along these axes), made once per count: planning the transposes again for every block cost
+    more than a small block's product (30-50 us against 60 us)."""
+    made: dict[int, Callable] = {}
+
+    def product(count: int) -> Callable:
+        fn = made.get(count)
+        if fn is None:
+            lhs, rhs = list(d["lhs"]), list(d["rhs"])
+            lhs[lhs_axis], rhs[rhs_axis] = count, count
+            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], True)
+        return fn
+
+    return product
+
+
 def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     """run(inputs, outputs) for an output fusion `step` and the dot `then` reading its result
     (see `chained`); inputs: the fusion's, then the dot's right side. Each thread takes a share
     of the leading rows and, a block of them at a time, runs the fusion's product (BLAS on
-    that thread alone), its epilogue over the block alone (its inputs cut to the block's rows, as
-    `row_slices` says) and `then`'s product of those rows, in buffers of one block that stay in
-    cache: the intermediate never goes to memory, and the pool is handed work once, not three
-    times (attention, 8x8x256x64: 8.2-9.4 ms against 9.3-11.2 ms as three steps)."""
+    that thread alone), its epilogue over the block alone (its inputs cut to the block's rows,
+    as `row_slices` says) and `then`'s product of those rows, in buffers of one block that stay
+    in cache: the intermediate never goes to memory, and the pool is handed work once, not
+    three times (attention, 8x8x256x64: 8.2-9.4 ms against 9.3-11.2 ms as three steps)."""
     fn, settle = kernel.fn, kernel.settle
     d = step["dot"]
     li, ri = d["operands"]
     (lb, rb), (_, then_rb) = d["batch"], then["batch"]
     dims, work = tuple(d["dims"]), compute_dtype(d["dtype"])
-    then_work = compute_dtype(then["dtype"])
-    rows = dims[0]
-    block = max(1, min(rows, CHAIN_BLOCK_BYTES // max(1, int(np.prod(dims[1:])) * work.itemsize)))
+    rows, row_size = dims[0], int(np.prod(dims[1:]))
+    block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * work.itemsize))
+    first_product, second_product = _block_products(d, lb[0], rb[0]), _block_products(then, 0, then_rb[0])
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
     cuts = list(d["row_slices"])
@@ -414,18 +433,19 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
 
     def run(inputs, outputs):
         args, right, out = [f(a) for f, a in zip(prepare, inputs[:n])], inputs[n], outputs[0]
-
-        def share(start: int, end: int) -> None:
-            made = POOL.empty((block, *dims[1:]), work)  # this thread's block of the fusion's result
-            dot = made if d["in_out"] else POOL.empty((block, *dims[1:]), work)
-            for s in range(start, end, block):
-                e = min(end, s + block)
-                _block_dot(_rows(args[li], lb[0], s, e), _rows(args[ri], rb[0], s, e), dot[:e - s], d, work, True)
-                fn(0, e - s, 0, dot, *[a if c < 0 else _rows(a, c, s, e) for a, c in zip(args, cuts)], made)
-                _block_dot(made[:e - s], _rows(right, then_rb[0], s, e), out[s:e], then, then_work, True)
-
         threads = min(num_threads(), rows)
         bounds = [rows * i // threads for i in range(threads + 1)]
+
+        def share(start: int, end: int) -> None:
+            size = min(block, end - start)
+            made = POOL.empty((size, *dims[1:]), work)  # this thread's block of the fusion's result
+            dot = made if d["in_out"] else POOL.empty((size, *dims[1:]), work)
+            for s in range(start, end, size):
+                e = min(end, s + size)
+                first_product(e - s)(_rows(args[li], lb[0], s, e), _rows(args[ri], rb[0], s, e), dot[:e - s])
+                fn(0, e - s, 0, dot, *[a if c < 0 else _rows(a, c, s, e) for a, c in zip(args, cuts)], made)
+                second_product(e - s)(made[:e - s], _rows(right, then_rb[0], s, e), out[s:e])
+
         with blas.single_threaded():  # each share as a pool worker: its products split no further
             run_each([lambda i=i: share(bounds[i], bounds[i + 1]) for i in range(threads)])
         if first[0]:
@@ -433,7 +453,8 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
             settle(fn)
 
     run.dispatcher = fn
-    run.scratch_bytes = (1 if d["in_out"] else 2) * num_threads() * block * int(np.prod(dims[1:])) * work.itemsize
+    share_rows = min(block, -(-rows // max(1, min(num_threads(), rows))))
+    run.scratch_bytes = (1 if d["in_out"] else 2) * num_threads() * share_rows * row_size * work.itemsize
     return run
 
 
