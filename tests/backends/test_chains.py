@@ -220,3 +220,14 @@ def test_an_artifact_runs_the_chain_with_its_c_kernels(tmp_path):
     assert any("+dot_general" in s.name for s in loaded.executable.steps)
     close_to_jax(loaded(*args), masked, args)
     np.testing.assert_allclose(loaded(*args), compiled(*args), rtol=2e-6, atol=1e-7)
+
+
+def test_float64_attention_chains(monkeypatch):
+    args = tuple(x.astype(np.float64) for x in (Q, K, V, MASK))
+    with jax.enable_x64(True):
+        compiled = xfuse.jit(masked).lower(*args).compile()
+        assert chained_steps(compiled)
+        got = compiled(*args)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, step_by_step(monkeypatch, masked, args)(*args))
+        np.testing.assert_allclose(got, jax.jit(masked)(*args), rtol=1e-12, atol=1e-13)
