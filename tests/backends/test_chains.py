@@ -231,3 +231,19 @@ def test_float64_attention_chains(monkeypatch):
         assert got.dtype == np.float64
         np.testing.assert_array_equal(got, step_by_step(monkeypatch, masked, args)(*args))
         np.testing.assert_allclose(got, jax.jit(masked)(*args), rtol=1e-12, atol=1e-13)
+
+
+def test_a_loop_body_chains_its_attention(monkeypatch):
+    def looped(q, k, v, m):  # attention applied three times to its own output
+        return jax.lax.fori_loop(0, 3, lambda i, x: masked(x, k, v, m), q)
+
+    built = []
+    real = program._chain_run
+    monkeypatch.setattr(program, "_chain_run", lambda step, *rest: built.append(step["name"]) or real(step, *rest))
+    args = (Q, K, V, MASK)
+    compiled = xfuse.jit(looped).lower(*args).compile()
+    assert built, "no chain in the loop's body"
+    got = compiled(*args)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(got, step_by_step(monkeypatch, looped, args)(*args))
+    np.testing.assert_allclose(got, jax.jit(looped)(*args), rtol=1e-4, atol=1e-5)
