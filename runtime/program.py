@@ -423,8 +423,9 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     li, ri = d["operands"]
     (lb, rb), (_, then_rb) = d["batch"], then["batch"]
     dims, work = tuple(d["dims"]), compute_dtype(d["dtype"])
+    made_type = compute_dtype(step["specs"][0][1])  # the fusion's result: its own dtype, not the dot's
     rows, row_size = dims[0], int(np.prod(dims[1:]))
-    block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * work.itemsize))
+    block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * made_type.itemsize))
     first_product, second_product = _block_products(d, lb[0], rb[0]), _block_products(then, 0, then_rb[0])
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
@@ -438,7 +439,7 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
 
         def share(start: int, end: int) -> None:
             size = min(block, end - start)
-            made = POOL.empty((size, *dims[1:]), work)  # this thread's block of the fusion's result
+            made = POOL.empty((size, *dims[1:]), made_type)  # this thread's block of the fusion's result
             dot = made if d["in_out"] else POOL.empty((size, *dims[1:]), work)
             for s in range(start, end, size):
                 e = min(end, s + size)
@@ -454,7 +455,8 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
 
     run.dispatcher = fn
     share_rows = min(block, -(-rows // max(1, min(num_threads(), rows))))
-    run.scratch_bytes = (1 if d["in_out"] else 2) * num_threads() * share_rows * row_size * work.itemsize
+    per_row = made_type.itemsize + (0 if d["in_out"] else work.itemsize)
+    run.scratch_bytes = num_threads() * share_rows * row_size * per_row
     return run
 
 

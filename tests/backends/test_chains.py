@@ -247,3 +247,17 @@ def test_a_loop_body_chains_its_attention(monkeypatch):
     monkeypatch.undo()
     np.testing.assert_array_equal(got, step_by_step(monkeypatch, looped, args)(*args))
     np.testing.assert_allclose(got, jax.jit(looped)(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_an_epilogue_widening_to_float64_keeps_its_precision(monkeypatch):
+    def widened(q, k, v):  # a float32 product, an epilogue computing in float64
+        p = jax.nn.softmax(scores(q, k), axis=-1).astype(jnp.float64) * (1.0 + 2.0**-40)
+        return p @ v
+
+    args = (Q, K, V.astype(np.float64))
+    with jax.enable_x64(True):
+        compiled = xfuse.jit(widened).lower(*args).compile()
+        assert chained_steps(compiled)
+        got = compiled(*args)
+        np.testing.assert_array_equal(got, step_by_step(monkeypatch, widened, args)(*args))
+        np.testing.assert_allclose(got, jax.jit(widened)(*args), rtol=1e-5, atol=1e-6)
