@@ -188,17 +188,24 @@ def dot_run(step: dict, own: bool = False) -> Callable:
     return run
 
 
-def _block_dot(a, b, out, d: dict, work, own: bool) -> None:
-    (lperm, _), (rperm, _), _ = dot_plan(d["lhs"], d["rhs"], d["contracting"], d["batch"])
-    (lc, rc), (lb, _) = d["contracting"], d["batch"]
-    a_t, b_t = np.transpose(a, lperm), np.transpose(b, rperm)
-    nb = len(lb)
-    lf = a.ndim - len(lc) - nb
-    bsize = int(np.prod(a_t.shape[:nb])) if nb else 1
-    m = int(np.prod(a_t.shape[nb : nb + lf])) if lf else 1
-    k = int(np.prod(a_t.shape[nb + lf :])) if len(lc) else 1
-    n = int(np.prod(b_t.shape[nb + len(rc) :])) if b_t.ndim > nb + len(rc) else 1
-    matmul(a_t.reshape(bsize, m, k), b_t.reshape(bsize, k, n), out, work, own)
+def _block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool) -> Callable[[int], Callable]:
+    """product(count): `make_dot` for a block of `count` rows of the dot `d`, its left operand
+    cut along `lhs_axis` and its right one along `rhs_axis` (None: whole), made once per count:
+    planning the transposes again for every block cost more than a small block's product
+    (30-50 us against 60 us)."""
+    made: dict[int, Callable] = {}
+
+    def product(count: int) -> Callable:
+        fn = made.get(count)
+        if fn is None:
+            lhs, rhs = list(d["lhs"]), list(d["rhs"])
+            lhs[lhs_axis] = count
+            if rhs_axis is not None:
+                rhs[rhs_axis] = count
+            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], own)
+        return fn
+
+    return product
 
 
 def _rows(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
@@ -299,6 +306,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
         block = rows
     full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own)
+    block_product = _block_products(d, lhs_axis, rb[0] if lb else None, own) if block < rows else None
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
@@ -333,7 +341,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
                 end = min(rows, start + block)
                 part = buf[: end - start]
                 b_rows = _rows(b, rb[0], start, end) if lb else b
-                _block_dot(_rows(a, lhs_axis, start, end), b_rows, part, d, work, own)
+                block_product(end - start)(_rows(a, lhs_axis, start, end), b_rows, part)
                 run_rows(
                     lambda s, e, start=start, part=part: fn(start + s, start + e, start, part, *args, *outs),
                     end - start,
@@ -393,23 +401,6 @@ def chained(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) ->
         and min(_macs(d), _macs(b)) >= SPLIT_PRODUCT_MIN
 
 
-def _block_products(d: dict, lhs_axis: int, rhs_axis: int) -> Callable[[int], Callable]:
-    """product(count): `make_dot` for a block of `count` rows of the dot `d` (its operands cut
-    along these axes), made once per count: planning the transposes again for every block cost
-    more than a small block's product (30-50 us against 60 us)."""
-    made: dict[int, Callable] = {}
-
-    def product(count: int) -> Callable:
-        fn = made.get(count)
-        if fn is None:
-            lhs, rhs = list(d["lhs"]), list(d["rhs"])
-            lhs[lhs_axis], rhs[rhs_axis] = count, count
-            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], True)
-        return fn
-
-    return product
-
-
 def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     """run(inputs, outputs) for an output fusion `step` and the dot `then` reading its result
     (see `chained`); inputs: the fusion's, then the dot's right side. Each thread takes a share
@@ -426,7 +417,7 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     made_type = compute_dtype(step["specs"][0][1])  # the fusion's result: its own dtype, not the dot's
     rows, row_size = dims[0], int(np.prod(dims[1:]))
     block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * made_type.itemsize))
-    first_product, second_product = _block_products(d, lb[0], rb[0]), _block_products(then, 0, then_rb[0])
+    first_product, second_product = _block_products(d, lb[0], rb[0], True), _block_products(then, 0, then_rb[0], True)
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
     cuts = list(d["row_slices"])
