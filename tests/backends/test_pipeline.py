@@ -38,7 +38,10 @@ def plain(fn):
     return numba.njit(error_model="numpy", nogil=True, cache=False)(fn)
 
 
-def test_kernel_loops_interleave_and_the_option_stays_with_them():
+def test_kernel_loops_interleave_and_the_option_stays_with_them(monkeypatch):
+    # compiled here, not loaded: numba cannot show the machine code of a kernel from a disk
+    # cache, and a cache given to the session (XFUSE_CACHE_DIR) may already hold this one
+    monkeypatch.setenv("XFUSE_CACHE_DIR", "off")
     x = np.linspace(-4, 4, 1000, dtype=np.float32)
     before = plain(scale_shift)
     out_before = np.empty_like(x)
