@@ -1,6 +1,7 @@
 """Splitting a kernel's rows across threads. Kernels release the GIL, so a small pool of
 Python threads runs them in parallel; the calling thread takes the first chunk itself.
-The thread count is `XFUSE_NUM_THREADS`, or `set_num_threads(n)`, or the number of cores.
+The thread count is `XFUSE_NUM_THREADS`, or `set_num_threads(n)`, or the number of cores the
+process may run on (read when the setting is first used).
 
 The pool is lean: its threads wait on one `queue.SimpleQueue` of chunks (a lock in C), and
 each chunk reports back on a queue of its own. Splitting a numba kernel over two threads cost
@@ -23,12 +24,20 @@ _lock = threading.Lock()
 _pool = None  # a _Pool, made on first use
 _threads = 0
 _local = threading.local()  # .worker: this thread is one of the pool's
+_default = (0, 1)  # (XFUSE_NUM_THREADS when last read, the count it gives); 0 is never a setting
 
 
 def num_threads() -> int:
+    global _default
     if _threads:
         return _threads
     env = os.environ.get("XFUSE_NUM_THREADS")
+    if _default[0] != env:  # worked out once per setting: the affinity call costs 2-3 us
+        _default = (env, _default_threads(env))
+    return _default[1]
+
+
+def _default_threads(env: str | None) -> int:
     if env:
         try:
             return max(1, int(env))
