@@ -2,8 +2,10 @@
 products and branches of those (no f16/bf16, no inner loops or nested programs) runs as one
 generated `numba.njit` function that calls the kernels itself, so an iteration does not return
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
-dot of an output fusion) runs in the driver's own loops when small (`SMALL_DOT`), else in BLAS
-through numba's `np.dot`. Other loops, and any loop numba fails to type on its first call,
+dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's threads when large
+(`SMALL_DOT`); where every product of the loop is small, BLAS runs them on one thread, and the
+tiniest (`BLAS_DOT_MIN`) run in the driver's own loops, as do the small ones of a loop that has
+a large one too. Other loops, and any loop numba fails to type on its first call,
 run in the runtime (`xfuse.runtime.control`); so do loops with a kernel large enough to split
 its rows over threads, which the runtime does and a driver does not (and where a step's
 Python overhead is small beside its work).
@@ -33,6 +35,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from xfuse.hlo import Computation, Op
+from xfuse.runtime import blas
 from xfuse.runtime.control import unshared
 from xfuse.runtime.program import Kernel, walk
 
@@ -45,10 +48,18 @@ from .emitter import clamp_text
 from .control import kernel_name, part
 
 HALF = ("float16", "bfloat16")
-# Products up to this many multiply-adds run in the driver's own loops: BLAS's threads cost
-# more than such a product on these machines (16x256 by 256x256: 39 us on one thread, 0.3 ms
-# with two BLAS threads on a busy machine); larger ones go to BLAS through np.dot.
+# Products up to this many multiply-adds are small: BLAS's threads cost more than such a
+# product on these machines (16x256 by 256x256: 39 us on one thread, 0.3 ms with two BLAS
+# threads on a busy machine); larger ones go to BLAS through np.dot, with its threads.
 SMALL_DOT = 1 << 22
+# In a driver whose products are all small, those from this many multiply-adds go to BLAS too
+# (np.dot), with BLAS set to one thread while the driver runs (`blas.single_threaded`): a call
+# costs about 0.1 us more than the driver's own loops, and BLAS's kernels are faster from here
+# on (float32, one thread: 8x256 by 256x256 in 9.6 us against 16.5 us for `small_matmul_t`,
+# 4x32 by 32x32 in 0.13 us against 0.29; 1x16 by 16x16 in 0.10 us against 0.04). Where a
+# driver has a large product too, BLAS keeps its threads for it, and the small ones stay in
+# the driver's loops.
+BLAS_DOT_MIN = 1 << 12
 
 
 ALIASES = ("tuple", "element", "reshape")
@@ -171,6 +182,8 @@ class _Writer:
         self.escaping: set[str] = set()  # body values that may become state (see buffer)
         self.by_turns = True  # whether those may use two buffers by turns
         self.in_branch = 0
+        self.one_thread = False  # every product is small: BLAS runs them on one thread
+        self.blas_dots = 0  # small products handed to BLAS
 
     def emit(self, indent: str, line: str) -> None:
         self.lines.append(indent + line)
@@ -263,6 +276,9 @@ class _Writer:
         (m, k), n = d["lhs"], d["rhs"][1]
         if m * n * k > SMALL_DOT:
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
+        elif self.one_thread and m * n * k >= BLAS_DOT_MIN:
+            self.blas_dots += 1
+            self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
         elif rhs in self.invariant:
             state = self.invariant[rhs]
             self.transposed.add(state)
@@ -330,6 +346,7 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     be written in place and the driver be cached."""
     n = len(step["inputs"])
     writer = _Writer(kernels, bodies or {})
+    writer.one_thread = all(macs <= SMALL_DOT for macs in _products(step))
     writer.lines.append("    while True:")
     writer.program(step["condition"], "a", constants, "        ")
     (flag,) = step["condition"]["results"]
@@ -353,7 +370,21 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     header = f"def {name}({arguments}):"
     footer = f"    return ({state}{',' if n == 1 else ''})"
     source = "\n".join([header, *writer.lines, footer]) + "\n"
-    return Driver(source, writer.used, writer.constants, writer.identity, owned, transposed, writer.scratch)
+    return Driver(source, writer.used, writer.constants, writer.identity, owned, transposed, writer.scratch,
+                  writer.blas_dots > 0)
+
+
+def _products(step: dict) -> list[int]:
+    """The multiply-adds of every matrix product a while step's driver computes (dots and the
+    dots of output fusions, in its condition, body and their branches)."""
+    macs = []
+    for program in (step["condition"], step["body"]):
+        for s in walk(program):
+            d = s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None
+            if d is not None:
+                (m, k), n = d["lhs"], d["rhs"][-1]
+                macs.append(m * k * n)
+    return macs
 
 
 class Driver(NamedTuple):
@@ -369,6 +400,7 @@ class Driver(NamedTuple):
     owned: list
     transposed: list
     scratch: list
+    one_thread: bool = False  # runs with BLAS on one thread (its small products are BLAS's)
 
     def prepare(self, flat: list) -> list:
         """The driver's arguments from the loop state (C-contiguous, writable), with fresh
@@ -445,7 +477,11 @@ def _driver(step: dict, driver: Driver, name: str) -> Callable:
             return None
         flat = [_writable(x).reshape(dims or (1,)) for x, dims in zip(state, state_dims)]
         try:
-            final = fn(*driver.prepare(flat))
+            if driver.one_thread:
+                with blas.single_threaded():
+                    final = fn(*driver.prepare(flat))
+            else:
+                final = fn(*driver.prepare(flat))
         except NumbaError:  # a loop numba cannot type: the runtime runs it instead
             failed[0] = True
             return None

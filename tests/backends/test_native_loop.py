@@ -269,6 +269,71 @@ def test_branches_inside_a_loop_run_natively():
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeypatch):
+    """Products past BLAS_DOT_MIN in a loop whose products are all small go to BLAS (np.dot),
+    which runs on one thread while the driver runs; special values flow as in jax.jit."""
+    import contextlib
+
+    import jax
+
+    from xfuse.runtime import blas
+
+    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=8, hidden=64))  # 8x64 @ 64x64
+    xs[1, 2, 3], xs[2, 0, 0], xs[3, 1, 1], xs[4, 5, :] = np.nan, np.inf, -np.inf, -0.0
+    with jax.enable_x64(dtype == np.float64):
+        module = traced(rnn, xs, wx, wh, b)
+        want = jax.tree_util.tree_leaves(jax.jit(rnn)(xs, wx, wh, b))
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert "np.dot(" in driver.fn.source and "small_matmul" not in driver.fn.source
+    assert driver.fn.driver.one_thread and not driver.fn.driver.transposed
+
+    inside = []
+    original = blas.single_threaded
+
+    @contextlib.contextmanager
+    def recording():
+        with original():
+            inside.append(blas.threads())
+            yield
+
+    monkeypatch.setattr(blas, "single_threaded", recording)
+    executable = compile_module(module)
+    got = executable([xs, wx, wh, b])
+    assert inside and all(count == 1 for counts in inside for count in counts)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, np.asarray(w), rtol=tol, atol=tol)  # NaN where jax has NaN
+
+
+def test_a_loop_with_a_large_product_keeps_its_small_ones_in_its_own_loops():
+    """A large product needs BLAS's threads, so the loop does not set BLAS to one thread, and
+    its small products stay in the driver's loops (BLAS would thread them too)."""
+    import jax
+
+    def two_products(h, wh, p, m):
+        def body(i, state):
+            h, p = state
+            return jnp.tanh(h @ wh), p @ m  # 8x64 @ 64x64 (small), 256x256 @ 256x256 (large)
+
+        return lax.fori_loop(0, 3, body, (h, p))
+
+    rng = np.random.default_rng(7)
+    h, wh = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32) / 8
+    p, m = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32) / 16
+    module = traced(two_products, h, wh, p, m)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert driver.fn.source.count("np.dot(") == 1 and "small_matmul_t(" in driver.fn.source
+    assert not driver.fn.driver.one_thread
+    got = compile_module(module)([h, wh, p, m])
+    want = jax.tree_util.tree_leaves(jax.jit(two_products)(h, wh, p, m))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("m, k, n", [(5, 7, 3), (4, 16, 2), (1, 1, 1), (9, 3, 6)])
 def test_small_products_match_numpy_with_special_values(m, k, n):
     """Both of the driver's own matrix products, at sizes that leave row and column tails:
