@@ -3,7 +3,7 @@ shared library whose entry `int <name>_run(const void *const *inputs, void *cons
 runs the program's steps (the header documents the API). Temporaries live in one arena per
 call laid out by the runtime's planner (no state: calls may run at once); kernels are the C
 backend's, made static; kernel rows and GEMM tiles are split across OpenMP threads; every dot
-is a register-tiled C GEMM generated from `runtime.program.dot_plan` (the dot of an output
+is a register-tiled C GEMM generated from `runtime.products.dot_plan` (the dot of an output
 fusion computed whole before its epilogue, not in row blocks). A while loop runs as a C loop
 driver (`aot/loop.py`, whose condition and body are written by this module's `_Entry` too).
 f16/bf16 and complex values, nested programs, branches and loops no driver runs are refused

@@ -1,5 +1,5 @@
 """The C GEMM of `xfuse aot --emit-c`: one generated function per dot_general, following
-`runtime.program.dot_plan` (batch, free and contracting index groups read through strides or
+`runtime.products.dot_plan` (batch, free and contracting index groups read through strides or
 offset tables), its result cut into register tiles split across OpenMP threads.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from xfuse.backends.c import render
-from xfuse.runtime.program import dot_plan
+from xfuse.runtime.products import dot_plan
 
 ITEMSIZE = {"bool": 1, "bool_": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4,
             "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}

@@ -7,7 +7,7 @@ Every call runs on the calling thread alone: oneDNN takes its thread count from 
 is set to one around the call and put back after, so OpenMP never starts a team. A team's
 threads would spin for milliseconds after each product (GOMP_SPINCOUNT) against the kernels
 that follow and against numpy's own BLAS threads; xfuse splits a large product over its own
-threads instead (`program.matmul`), which wait without spinning.
+threads instead (`products.matmul`), which wait without spinning.
 
 `XFUSE_ONEDNN=0` turns it off; `XFUSE_ONEDNN=/path/libdnnl.so.3` names the library. Where the
 library or OpenMP cannot be loaded, `sgemm` is None and products go to numpy. Imports the

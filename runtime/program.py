@@ -10,7 +10,7 @@ constants)` turns them into an `Executable`. Steps:
   f16/bf16 values are converted to f32 at the kernel boundary, as XLA:CPU does in its fusions.
   With a `window` (in a loop body), the step writes only a window of one input, in place
   (`runtime.control.window_run`).
-- `dot`: a dot_general through numpy's matmul (BLAS). An output fusion followed by a batched
+- `dot`: a dot_general through BLAS (`runtime.products`). An output fusion followed by a batched
   dot that alone reads its result (attention's scores, softmax, then @ v) runs as one chain
   step, a block of leading rows at a time (`chained`): decided here, so artifacts chain too.
 - `alias`: a tuple, a tuple element or a reshape: views, no work.
@@ -29,43 +29,19 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from . import blas, onednn
+from . import blas
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
+from . import products
 from .parallel import num_threads, run_each, run_rows
 from .pool import POOL
+from .products import HALF, block_products, compute_dtype, cut_rows, dot_run, dtype, macs, make_dot, narrow
 
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
 # one BLAS call over all rows then the epilogue beat 1 MiB blocks (OpenBLAS's threads spin
 # between calls and slow the epilogue's), so only results past 16 MiB are split.
 BLOCK_BYTES = 1 << 24
-# A product run in xfuse's threads (`blas`) is split over them from this many multiply-adds
-# (about 60 us on one core here, beside the 40-50 us of handing a block to a pool thread).
-SPLIT_PRODUCT_MIN = 1 << 22
-# From this many multiply-adds a float32 product runs in xfuse's threads through oneDNN (see
-# `matmul`): smaller ones are faster in OpenBLAS's threads, which spin between calls
-# (softmax_relu at 64x512 @ 512x1024, 2^25, took 0.96 ms with the bound at 2^24 against
-# 0.51 ms), and oneDNN's first product in a process costs 10-50 ms of code generation.
-ONEDNN_MIN = 1 << 26
-_F32 = np.dtype(np.float32)
-HALF = ("float16", "bfloat16")
-
-
-def dtype(name: str) -> np.dtype:
-    """A numpy dtype from its name; bfloat16 through ml_dtypes, imported only when needed."""
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:  # pragma: no cover - ml_dtypes comes with jax
-            raise TypeError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def compute_dtype(name: str) -> np.dtype:
-    """What a kernel computes a dtype in: f16 and bf16 in f32."""
-    return np.dtype(np.float32) if name in HALF else dtype(name)
 
 
 def spec(entry) -> BufferSpec:
@@ -81,137 +57,6 @@ class Kernel:
 
     def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False) -> None:
         self.fn, self.settle, self.pointers = fn, settle, pointers
-
-
-# ---------------------------------------------------------------------------- dots
-def dot_plan(lhs, rhs, contracting, batch):
-    """Transposes that turn a dot_general into a batched matmul (B, M, K) @ (B, K, N)."""
-    (lc, rc), (lb, rb) = contracting, batch
-    lf = [i for i in range(len(lhs)) if i not in lc and i not in lb]
-    rf = [i for i in range(len(rhs)) if i not in rc and i not in rb]
-    size = lambda dims, axes: int(np.prod([dims[a] for a in axes])) if axes else 1  # noqa: E731
-    b, m, k, n = size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
-    return (list(lb) + lf + list(lc), (b, m, k)), (list(rb) + list(rc) + rf, (b, k, n)), (b, m, n)
-
-
-def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """numpy's matmul: BLAS, with its own threads unless `blas.single_threaded`."""
-    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
-        np.matmul(a, b, out=out)
-
-
-def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None = None) -> None:
-    """One product on the calling thread: through `sgemm` (oneDNN's) where given and it takes
-    the operands, else numpy's."""
-    if sgemm is None or not _each(sgemm, a, b, out):
-        _numpy_product(a, b, out)
-
-
-def _each(sgemm: Callable, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """sgemm on a matrix or a batch of one; False for a larger batch (oneDNN's set-up for each
-    small matrix of attention's batches costs more than it gains: numpy loops over them in C)."""
-    if a.ndim == 2:
-        return sgemm(a, b, out)
-    return a.shape[0] == 1 and sgemm(a[0], b[0], out[0])
-
-
-def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False) -> None:
-    """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N). `own`: in xfuse's
-    threads, BLAS single-threaded (`blas`), a block of the batch, of the rows or of the columns
-    each. BLAS packs the whole right side for each block of rows, and the whole left side for
-    each block of columns: a product wider than it is tall (N > M) splits its columns, so the
-    larger side is packed once (gelu's 256x1024 @ 1024x4096: 11.7-12.0 ms against 12.9-13.3 ms
-    by rows, and 11.8 ms in OpenBLAS's own two threads).
-
-    A float32 product of matrices (not vectors) with at least `ONEDNN_MIN` multiply-adds runs
-    in xfuse's threads whatever `own` says, each block through oneDNN on one thread, where
-    oneDNN is installed (`onednn`) and `XFUSE_SPLIT_PRODUCTS` is not 0: softmax_relu's
-    4096x256 @ 256x1024 took 10.0-10.6 ms so, against 11.7-12.6 ms in OpenBLAS's two threads
-    and 11.4-11.9 ms in XLA's."""
-    if a3.dtype != work:
-        a3, b3 = a3.astype(work), b3.astype(work)
-    o = out.reshape(*a3.shape[:-1], b3.shape[-1])
-    m, n = a3.shape[-2], b3.shape[-1]
-    macs = a3.size * n  # B * M * K * N
-    big = blas.ENABLED and work == _F32 and m > 1 and macs >= ONEDNN_MIN
-    sgemm = onednn.sgemm() if big else None
-    if not own and sgemm is None:
-        _numpy_product(a3, b3, o)
-        return
-    with blas.single_threaded():
-        if macs < SPLIT_PRODUCT_MIN:
-            _gemm(a3, b3, o)
-        elif a3.ndim == 3 and a3.shape[0] >= num_threads():
-            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e], sgemm), a3.shape[0])
-        elif m > 1 and n > m:
-            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e], sgemm), n)
-        elif a3.ndim == 3 and m > 1:
-            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e], sgemm), m)
-        elif m > 1:
-            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e], sgemm), m)
-        else:  # a vector times a matrix: one thread
-            _gemm(a3, b3, o)
-
-
-def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) -> Callable:
-    """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
-    transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
-    small product in a loop body pays little besides BLAS. `own`: see `matmul`."""
-    (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
-    work = compute_dtype(out_dtype)
-    if lshape[0] == 1:
-        lshape, rshape = lshape[1:], rshape[1:]
-    lt = None if lperm == sorted(lperm) else tuple(lperm)
-    rt = None if rperm == sorted(rperm) else tuple(rperm)
-
-    def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
-        b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
-        matmul(a, b, out, work, own)
-
-    return dot
-
-
-def dot_run(step: dict, own: bool = False) -> Callable:
-    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"], own)
-    work, target = compute_dtype(step["dtype"]), dtype(step["dtype"])
-    dims = tuple(step["dims"])
-
-    def run(inputs, outputs):
-        if work == target:
-            fn(inputs[0], inputs[1], outputs[0])
-        else:
-            tmp = np.empty(dims, work)
-            fn(inputs[0], inputs[1], tmp)
-            _narrow(outputs[0], tmp)
-
-    return run
-
-
-def _block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool) -> Callable[[int], Callable]:
-    """product(count): `make_dot` for a block of `count` rows of the dot `d`, its left operand
-    cut along `lhs_axis` and its right one along `rhs_axis` (None: whole), made once per count:
-    planning the transposes again for every block cost more than a small block's product
-    (30-50 us against 60 us)."""
-    made: dict[int, Callable] = {}
-
-    def product(count: int) -> Callable:
-        fn = made.get(count)
-        if fn is None:
-            lhs, rhs = list(d["lhs"]), list(d["rhs"])
-            lhs[lhs_axis] = count
-            if rhs_axis is not None:
-                rhs[rhs_axis] = count
-            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], own)
-        return fn
-
-    return product
-
-
-def _rows(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
-    index = [slice(None)] * array.ndim
-    index[axis] = slice(start, end)
-    return array[tuple(index)]
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -230,12 +75,6 @@ def _preparer(dims, name: str, pointers: bool = False) -> Callable:
     return lambda a: a.reshape(-1)
 
 
-def _narrow(out: np.ndarray, wide: np.ndarray) -> None:
-    """f32 results into an f16/bf16 output: rounding to nearest, overflow to inf as in XLA."""
-    with np.errstate(over="ignore"):
-        out[...] = wide.reshape(out.shape).astype(out.dtype)
-
-
 _AS_IS = (_same, lambda o, tmp: None)
 
 
@@ -243,7 +82,7 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
     """(the buffer the kernel writes, then copy it into the real output)."""
     if name in HALF:
         return (lambda o: np.empty(o.shape, np.float32).reshape(-1) if o.ndim == 0 else np.empty(o.shape, np.float32),
-                _narrow)
+                narrow)
     if len(dims) == 0 and not pointers:
         return (lambda o: o.reshape(-1), lambda o, tmp: None)
     return _AS_IS
@@ -251,7 +90,7 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
 
 def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
     """run(inputs, outputs) for a kernel step (`own`: an output fusion's product runs in
-    xfuse's threads, see `matmul`)."""
+    xfuse's threads, see `products.matmul`)."""
     if step.get("dot") is not None:
         return _output_run(step, kernel, own)
     fn, settle = kernel.fn, kernel.settle
@@ -306,7 +145,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
         block = rows
     full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own)
-    block_product = _block_products(d, lhs_axis, rb[0] if lb else None, own) if block < rows else None
+    block_product = block_products(d, lhs_axis, rb[0] if lb else None, own) if block < rows else None
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
@@ -340,8 +179,8 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
             for start in range(0, rows, block):
                 end = min(rows, start + block)
                 part = buf[: end - start]
-                b_rows = _rows(b, rb[0], start, end) if lb else b
-                block_product(end - start)(_rows(a, lhs_axis, start, end), b_rows, part)
+                b_rows = cut_rows(b, rb[0], start, end) if lb else b
+                block_product(end - start)(cut_rows(a, lhs_axis, start, end), b_rows, part)
                 run_rows(
                     lambda s, e, start=start, part=part: fn(start + s, start + e, start, part, *args, *outs),
                     end - start,
@@ -365,12 +204,6 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
 # the calls' overhead more often: at 16x4x128x32, blocks of one row (256 KiB) took 1.8 ms
 # against 1.4 ms as three steps, blocks of eight 1.5 ms against 1.7 ms.
 CHAIN_BLOCK_BYTES = 1 << 21
-
-
-def _macs(d: dict) -> int:
-    """The multiply-adds of a dot step's (or an output fusion's dot's) product."""
-    (_, (b, m, k)), (_, (_, _, n)), _ = dot_plan(d["lhs"], d["rhs"], d["contracting"], d["batch"])
-    return b * m * k * n
 
 
 def chained(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) -> bool:
@@ -398,7 +231,7 @@ def chained(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) ->
         return False
     (lb, _), (blb, _) = d["batch"], b["batch"]
     return bool(lb) and bool(blb) and blb[0] == 0 and d["dims"][0] >= 2 and list(a["specs"][0][0]) == d["dims"] \
-        and min(_macs(d), _macs(b)) >= SPLIT_PRODUCT_MIN
+        and min(macs(d), macs(b)) >= products.SPLIT_PRODUCT_MIN
 
 
 def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
@@ -417,7 +250,7 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     made_type = compute_dtype(step["specs"][0][1])  # the fusion's result: its own dtype, not the dot's
     rows, row_size = dims[0], int(np.prod(dims[1:]))
     block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * made_type.itemsize))
-    first_product, second_product = _block_products(d, lb[0], rb[0], True), _block_products(then, 0, then_rb[0], True)
+    first_product, second_product = block_products(d, lb[0], rb[0], True), block_products(then, 0, then_rb[0], True)
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
     cuts = list(d["row_slices"])
@@ -434,9 +267,9 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
             dot = made if d["in_out"] else POOL.empty((size, *dims[1:]), work)
             for s in range(start, end, size):
                 e = min(end, s + size)
-                first_product(e - s)(_rows(args[li], lb[0], s, e), _rows(args[ri], rb[0], s, e), dot[:e - s])
-                fn(0, e - s, 0, dot, *[a if c < 0 else _rows(a, c, s, e) for a, c in zip(args, cuts)], made)
-                second_product(e - s)(made[:e - s], _rows(right, then_rb[0], s, e), out[s:e])
+                first_product(e - s)(cut_rows(args[li], lb[0], s, e), cut_rows(args[ri], rb[0], s, e), dot[:e - s])
+                fn(0, e - s, 0, dot, *[a if c < 0 else cut_rows(a, c, s, e) for a, c in zip(args, cuts)], made)
+                second_product(e - s)(made[:e - s], cut_rows(right, then_rb[0], s, e), out[s:e])
 
         with blas.single_threaded():  # each share as a pool worker: its products split no further
             run_each([lambda i=i: share(bounds[i], bounds[i + 1]) for i in range(threads)])
@@ -601,4 +434,4 @@ def walk(program: dict):
             yield from walk(inner)
 
 
-__all__ = ["BLOCK_BYTES", "Kernel", "build", "dot_plan", "dtype", "make_dot", "walk"]
+__all__ = ["BLOCK_BYTES", "Kernel", "build", "dtype", "walk"]

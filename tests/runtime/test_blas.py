@@ -16,7 +16,7 @@ import xfuse
 from tests.tolerances import ACCUMULATION, assert_close
 from xfuse.hlo import DType
 from xfuse.runtime import blas, parallel
-from xfuse.runtime import program as prog
+from xfuse.runtime import products as prog
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """float32 products through oneDNN (`runtime.onednn`): the library loads where the package is
 installed, its products equal numpy's on every layout it takes (special values included), it
 refuses the layouts it cannot take without writing, it never starts an OpenMP team, and
-`program.matmul` sends exactly the large float32 matrix products to it, split over xfuse's
+`products.matmul` sends exactly the large float32 matrix products to it, split over xfuse's
 threads."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from tests.tolerances import ACCUMULATION, assert_close
 from xfuse.hlo import DType
 from xfuse.runtime import onednn, parallel
-from xfuse.runtime import program as prog
+from xfuse.runtime import products as prog
 
 
 def installed() -> bool:
