@@ -36,6 +36,7 @@ ENABLED = os.environ.get("XFUSE_SPLIT_PRODUCTS", "1") != "0"
 
 _lock = threading.Lock()
 _found: list[tuple] | None = None  # (get, set) of each OpenBLAS loaded
+_looked_at: set[str] = set()  # the libraries' paths
 _depth = 0
 _saved: list[int] = []
 
@@ -50,24 +51,49 @@ def _loaded_openblas() -> list[str]:
 
 
 def controls() -> list[tuple]:
-    """(get, set) for each OpenBLAS loaded in this process (found once; empty if none)."""
+    """(get, set) for each OpenBLAS loaded in this process (found once, and again by `rescan`;
+    empty if none)."""
     global _found
     if _found is None:
-        found = []
-        for path in _loaded_openblas():
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for get_name, set_name in _NAMES:
-                if hasattr(lib, get_name) and hasattr(lib, set_name):
-                    get, set_ = getattr(lib, get_name), getattr(lib, set_name)
-                    get.restype, get.argtypes = ctypes.c_int, []
-                    set_.restype, set_.argtypes = None, [ctypes.c_int]
-                    found.append((get, set_))
-                    break
-        _found = found
+        _found = []
+        _add(_loaded_openblas())
     return _found
+
+
+def _add(paths: list[str]) -> list[tuple]:
+    """Controls for the libraries among `paths` not looked at before, added to `_found`."""
+    added = []
+    for path in paths:
+        if path in _looked_at:
+            continue
+        _looked_at.add(path)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get_name, set_name in _NAMES:
+            if hasattr(lib, get_name) and hasattr(lib, set_name):
+                get, set_ = getattr(lib, get_name), getattr(lib, set_name)
+                get.restype, get.argtypes = ctypes.c_int, []
+                set_.restype, set_.argtypes = None, [ctypes.c_int]
+                added.append((get, set_))
+                break
+    _found.extend(added)
+    return added
+
+
+def rescan() -> None:
+    """Looks again for OpenBLAS libraries loaded since the first look: numba's np.dot calls
+    scipy's, another OpenBLAS than numpy's, loaded when scipy.linalg is imported. Inside a
+    `single_threaded` block, one found now runs on one thread at once."""
+    with _lock:
+        if _found is None:
+            controls()
+            return
+        for get, set_ in _add(_loaded_openblas()):
+            if _depth:
+                _saved.append(get())
+                set_(1)
 
 
 def available() -> bool:
@@ -120,4 +146,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["ENABLED", "available", "controls", "single_threaded", "threads"]
+__all__ = ["ENABLED", "available", "controls", "rescan", "single_threaded", "threads"]

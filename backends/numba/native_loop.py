@@ -462,6 +462,17 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
 _SETTLING = threading.Lock()
 
 
+def _load_np_dot_blas() -> None:
+    """Loads the BLAS that numba's np.dot calls, scipy's (through scipy.linalg.cython_blas),
+    before the driver's first call, and has `blas` find it: it is another OpenBLAS than numpy's,
+    and `blas.single_threaded` sets only those it knows to one thread."""
+    try:
+        import scipy.linalg.cython_blas  # noqa: F401
+    except ImportError:  # numba's np.dot needs scipy: without it the loop runs in the runtime
+        return
+    blas.rescan()
+
+
 def _driver(step: dict, driver: Driver, name: str) -> Callable:
     """run(state) -> the final state (a list), or None when numba cannot compile the loop;
     `driver`: the loop's, written as `name`."""
@@ -469,6 +480,8 @@ def _driver(step: dict, driver: Driver, name: str) -> Callable:
     specs = step["body"]["param_specs"]
     state_dims = [tuple(dims) for dims, _ in specs]
     fn = _compile(source, name, used, identity)
+    if driver.one_thread:
+        _load_np_dot_blas()
     owned = {id(a) for a in arrays}
     first, failed = [True], [False]
 

@@ -48,6 +48,35 @@ def test_single_threaded_sets_one_thread_and_restores_the_count():
     assert blas.threads() == before
 
 
+def test_an_openblas_loaded_later_is_found_by_rescan_and_set_to_one_thread():
+    """scipy's OpenBLAS (which numba's np.dot calls) loads after numpy's: `rescan` finds it,
+    and inside an open block it runs on one thread at once, its count put back at the end."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import numpy
+        from xfuse.runtime import blas
+        before = len(blas.controls())
+        counts = blas.threads()
+        with blas.single_threaded():
+            import scipy.linalg.cython_blas
+            assert len(blas._loaded_openblas()) == before + 1, blas._loaded_openblas()
+            assert len(blas.controls()) == before  # not looked for yet
+            blas.rescan()
+            inside = blas.threads()
+        assert len(blas.controls()) == before + 1
+        assert inside == [1] * (before + 1), inside
+        assert blas.threads()[:before] == counts and blas.threads()[before] > 1, blas.threads()
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "2"})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_concurrent_blocks_restore_once_the_last_leaves():
     before = blas.threads()
     inside, leave = threading.Event(), threading.Event()
