@@ -29,11 +29,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from . import blas
+from . import blas, products
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
 from .library import library_run
-from . import products
 from .parallel import num_threads, run_each, run_rows
 from .pool import POOL
 from .products import HALF, block_products, compute_dtype, cut_rows, dot_run, dtype, macs, make_dot, narrow

@@ -28,6 +28,7 @@ import linecache
 import math
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import numba
@@ -37,6 +38,7 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Computation, Op
 from xfuse.runtime import blas
 from xfuse.runtime.control import unshared
+from xfuse.runtime.products import macs
 from xfuse.runtime.program import Kernel, walk
 
 from . import cache
@@ -346,7 +348,7 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     be written in place and the driver be cached."""
     n = len(step["inputs"])
     writer = _Writer(kernels, bodies or {})
-    writer.one_thread = all(macs <= SMALL_DOT for macs in _products(step))
+    writer.one_thread = all(macs(d) <= SMALL_DOT for d in _products(step))
     writer.lines.append("    while True:")
     writer.program(step["condition"], "a", constants, "        ")
     (flag,) = step["condition"]["results"]
@@ -374,17 +376,11 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
                   writer.blas_dots > 0)
 
 
-def _products(step: dict) -> list[int]:
-    """The multiply-adds of every matrix product a while step's driver computes (dots and the
-    dots of output fusions, in its condition, body and their branches)."""
-    macs = []
-    for program in (step["condition"], step["body"]):
-        for s in walk(program):
-            d = s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None
-            if d is not None:
-                (m, k), n = d["lhs"], d["rhs"][-1]
-                macs.append(m * k * n)
-    return macs
+def _products(step: dict) -> list[dict]:
+    """Every product a while step's driver computes: its dots and the dots of its output
+    fusions, in its condition, body and their branches."""
+    return [d for program in (step["condition"], step["body"]) for s in walk(program)
+            if (d := s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None) is not None]
 
 
 class Driver(NamedTuple):
@@ -490,10 +486,7 @@ def _driver(step: dict, driver: Driver, name: str) -> Callable:
             return None
         flat = [_writable(x).reshape(dims or (1,)) for x, dims in zip(state, state_dims)]
         try:
-            if driver.one_thread:
-                with blas.single_threaded():
-                    final = fn(*driver.prepare(flat))
-            else:
+            with blas.single_threaded() if driver.one_thread else nullcontext():
                 final = fn(*driver.prepare(flat))
         except NumbaError:  # a loop numba cannot type: the runtime runs it instead
             failed[0] = True
