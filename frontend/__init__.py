@@ -14,6 +14,7 @@ from xfuse.hlo import Module
 from . import control  # noqa: F401  (registers cond, while and scan in RULES)
 from .rules import RULES, supported_primitives
 from . import indexing  # noqa: F401,E402  (registers the data-op rules into RULES)
+from . import random  # noqa: F401,E402  (registers the jax.random rules into RULES)
 from .translate import FrontendError, UnsupportedPrimitiveError, jaxpr_to_module
 
 

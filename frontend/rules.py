@@ -81,6 +81,108 @@ def _round(ctx, params, operands):
     return ctx.emit(Op.ROUND, operands[0], rounding_method=name)
 
 
+# Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single precision: the
+# polynomial XLA evaluates for erf_inv, in w - 2.5 where w = -log1p(-x*x) < 5, else in sqrt(w) - 3.
+_ERF_INV_SMALL_W = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERF_INV_LARGE_W = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+@rule("erf_inv")
+def _erf_inv(ctx, params, operands):
+    """erf_inv as XLA expands it (f16 and bf16 through f32): Giles' polynomial times x, and
+    +-inf at +-1 (NaN past them, from the log of a negative number). float64 takes that value
+    as a first guess and refines it with Newton steps (`_erf_inv_f64`)."""
+    (x,) = operands
+    out = ctx.out.dtype
+    work = DType.F64 if out is DType.F64 else DType.F32
+    x = ctx.convert(x, work)
+    dims = x.array_shape.dims
+
+    def c(value, dtype=work):
+        return ctx.broadcast_to(ctx.constant(value, dtype), dims)
+
+    def giles(v):  # in f32
+        c32 = lambda value: c(value, DType.F32)  # noqa: E731
+        w = ctx.emit(Op.NEG, ctx.emit(Op.LOG1P, ctx.emit(Op.NEG, ctx.emit(Op.MUL, v, v))))
+        small = ctx.emit(Op.LT, w, c32(5.0))
+        w = ctx.emit(Op.SELECT_N, small, ctx.emit(Op.SUB, ctx.emit(Op.SQRT, w), c32(3.0)), ctx.emit(Op.SUB, w, c32(2.5)))
+        p = None
+        for lo, hi in zip(_ERF_INV_SMALL_W, _ERF_INV_LARGE_W):
+            k = ctx.emit(Op.SELECT_N, small, c32(hi), c32(lo))
+            p = k if p is None else ctx.emit(Op.ADD, k, ctx.emit(Op.MUL, p, w))
+        return ctx.emit(Op.MUL, p, v)
+
+    if work is DType.F32:
+        result = giles(x)
+    else:
+        result = _erf_inv_f64(ctx, x, giles, c)
+        outside = ctx.emit(Op.GT, ctx.emit(Op.ABS, x), c(1.0))  # NaN, as the f32 log gives
+        result = ctx.emit(Op.SELECT_N, outside, result, c(float("nan")))
+    edge = ctx.emit(Op.EQ, ctx.emit(Op.ABS, x), c(1.0))
+    result = ctx.emit(Op.SELECT_N, edge, result, ctx.emit(Op.MUL, x, c(float("inf"))))
+    return ctx.convert(result, out)
+
+
+def _erf_inv_f64(ctx, x, giles, c):
+    """erf_inv in float64, where the tail matters: for |x| <= 0.9, Newton on erf(r) = x from the
+    f32 polynomial; past it, Newton on log(erfc(r)) = log(1 - |x|) (1 - |x| is exact there),
+    which is nearly quadratic in r, from the asymptotic r^2 = -log(t) - log(r sqrt(pi)). The
+    result is as good as erf's and erfc's own, times erf_inv's condition number."""
+    near = ctx.emit(Op.CLAMP, c(-0.95), x, c(0.95))  # the central guess stays finite
+    central = ctx.convert(giles(ctx.convert(near, DType.F32)), DType.F64)
+    for _ in range(3):  # r -= (erf(r) - x) * sqrt(pi)/2 * exp(r^2)
+        error = ctx.emit(Op.SUB, ctx.emit(Op.ERF, central), x)
+        slope = ctx.emit(Op.MUL, c(0.886226925452758), ctx.emit(Op.EXP, ctx.emit(Op.MUL, central, central)))
+        central = ctx.emit(Op.SUB, central, ctx.emit(Op.MUL, error, slope))
+    magnitude = ctx.emit(Op.ABS, x)
+    t = ctx.emit(Op.SUB, c(1.0), ctx.emit(Op.CLAMP, c(0.5), magnitude, c(1.0 - 2.0**-53)))
+    log_t = ctx.emit(Op.LOG, t)
+    tail = ctx.emit(Op.SQRT, ctx.emit(Op.NEG, log_t))
+    root_pi = c(1.7724538509055159)
+    tail = ctx.emit(Op.SQRT, ctx.emit(Op.SUB, ctx.emit(Op.NEG, log_t),
+                                      ctx.emit(Op.LOG, ctx.emit(Op.MUL, tail, root_pi))))
+    for _ in range(4):  # r += (log(erfc(r)) - log(t)) * erfc(r) * sqrt(pi)/2 * exp(r^2)
+        erfc = ctx.emit(Op.ERFC, tail)
+        error = ctx.emit(Op.SUB, ctx.emit(Op.LOG, erfc), log_t)
+        slope = ctx.emit(Op.MUL, ctx.emit(Op.MUL, erfc, c(0.886226925452758)),
+                         ctx.emit(Op.EXP, ctx.emit(Op.MUL, tail, tail)))
+        tail = ctx.emit(Op.ADD, tail, ctx.emit(Op.MUL, error, slope))
+    signed_tail = ctx.emit(Op.SELECT_N, ctx.emit(Op.LT, x, c(0.0)), tail, ctx.emit(Op.NEG, tail))
+    return ctx.emit(Op.SELECT_N, ctx.emit(Op.GT, magnitude, c(0.9)), central, signed_tail)
+
+
+@rule("nextafter")
+def _nextafter(ctx, params, operands):
+    """The float next to x toward y, on the bits as XLA expands it: y where x == y, NaN where
+    either is NaN, the smallest subnormal of y's sign where x is zero, else x's bits one step
+    (as an integer of its width) away from or toward zero."""
+    dims = ctx.out.dims
+    x, y = (ctx.broadcast_to(v, dims) for v in operands)
+    dtype = ctx.out.dtype
+    if dtype not in (DType.F32, DType.F64):
+        raise FrontendError(f"nextafter on {dtype} at {ctx.loc}: xfuse takes float32 and float64")
+    bits = DType.U32 if dtype is DType.F32 else DType.U64
+
+    def c(value, t):
+        return ctx.broadcast_to(ctx.constant(value, t), dims)
+
+    xi, yi = ctx.emit(Op.BITCAST_CONVERT, x, dtype=bits), ctx.emit(Op.BITCAST_CONVERT, y, dtype=bits)
+    sign = c(1 << (bits.bits - 1), bits)
+    magnitude = c((1 << (bits.bits - 1)) - 1, bits)
+    x_abs, y_abs = ctx.emit(Op.AND, xi, magnitude), ctx.emit(Op.AND, yi, magnitude)
+    x_sign, y_sign = ctx.emit(Op.AND, xi, sign), ctx.emit(Op.AND, yi, sign)
+    smaller = ctx.emit(Op.OR, ctx.emit(Op.GT, x_abs, y_abs), ctx.emit(Op.NE, x_sign, y_sign))
+    stepped = ctx.emit(Op.SELECT_N, smaller, ctx.emit(Op.ADD, xi, c(1, bits)), ctx.emit(Op.SUB, xi, c(1, bits)))
+    from_zero = ctx.emit(Op.OR, y_sign, c(1, bits))
+    result = ctx.emit(Op.SELECT_N, ctx.emit(Op.EQ, x_abs, c(0, bits)), stepped, from_zero)
+    result = ctx.emit(Op.BITCAST_CONVERT, result, dtype=dtype)
+    result = ctx.emit(Op.SELECT_N, ctx.emit(Op.EQ, x, y), result, y)
+    nan = ctx.emit(Op.OR, ctx.emit(Op.NE, x, x), ctx.emit(Op.NE, y, y))
+    return ctx.emit(Op.SELECT_N, nan, result, c(float("nan"), dtype))
+
+
 @rule("select_n")
 def _select_n(ctx, params, operands):
     which, *cases = operands
@@ -98,6 +200,16 @@ def _clamp(ctx, params, operands):
 @rule("convert_element_type")
 def _convert(ctx, params, operands):
     return ctx.convert(operands[0], ctx.out.dtype)
+
+
+@rule("bitcast_convert_type")
+def _bitcast_convert(ctx, params, operands):
+    (x,) = operands
+    source, target = x.array_shape.dtype, ctx.out.dtype
+    if source.bits != target.bits or source.is_pred or target.is_pred:
+        raise FrontendError(f"bitcast_convert_type from {source} to {target} at {ctx.loc}: xfuse bitcasts only "
+                            "between dtypes of one width (not pred)")
+    return ctx.emit(Op.BITCAST_CONVERT, x, dtype=target)
 
 
 @rule("copy", "copy_p", "stop_gradient", "sharding_constraint", "device_put", "pvary")

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import jax
 from jax._src import source_info_util
 from jax.extend import core as jcore
 
@@ -40,13 +41,36 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+KEY_PRIMITIVES: set[str] = set()  # those whose rules take key arrays: filled in by `frontend.random`
+
+
+def key_impl(aval):
+    """The PRNG implementation of a key-typed abstract value, or None for any other value."""
+    dtype = getattr(aval, "dtype", None)
+    if dtype is None or not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return None
+    impl = getattr(dtype, "_impl", None)  # the PRNGImpl jax's own lowering reads
+    if impl is None:
+        raise FrontendError(f"xfuse cannot read the PRNG implementation of {dtype}")
+    return impl
+
+
+def physical_dims(aval) -> tuple[tuple[int, ...], object]:
+    """(dims, numpy dtype) of a value as the IR holds it: a key array as its key data."""
+    impl = key_impl(aval)
+    if impl is None:
+        return tuple(aval.shape), aval.dtype
+    return (*aval.shape, *impl.key_shape), np.dtype(np.uint32)  # jax's implementations: uint32 words
+
+
 def shape_of_aval(aval, where: str = "") -> Shape:
     """The xfuse Shape of a jax abstract value; FrontendError for dtypes xfuse lacks."""
+    dims, numpy_dtype = physical_dims(aval)
     try:
-        dtype = DType.from_numpy(aval.dtype)
+        dtype = DType.from_numpy(numpy_dtype)
     except TypeError:
         raise FrontendError(f"xfuse does not support the dtype {aval.dtype}{where}") from None
-    return Shape(dtype, tuple(int(d) for d in aval.shape))
+    return Shape(dtype, tuple(int(d) for d in dims))
 
 
 def loc_of(eqn) -> Loc | None:
@@ -75,6 +99,7 @@ class Context:
         self.rules = rules
         self.loc: Loc | None = None
         self.out_shapes: list[Shape] = []
+        self.in_avals: list = []  # the equation's operands' abstract values (key arrays' impls)
         self.primitive = ""
         self.called: list[Computation] = []  # loop bodies, branches: shared with nested contexts
 
@@ -122,6 +147,8 @@ class Context:
         saved = self.loc
         for var, const in zip(jaxpr.constvars, consts):
             shape = shape_of_aval(var.aval, " (a captured constant)")
+            if key_impl(var.aval) is not None:  # a captured key array: its key data
+                const = jax.random.key_data(const)
             env[var] = self.constant(np.asarray(const), shape.dtype)
         if len(jaxpr.invars) != len(operands):
             raise FrontendError(
@@ -146,6 +173,9 @@ class Context:
         where = f" of '{name}' at {self.loc}" if self.loc else f" of '{name}'"
         out_shapes = [shape_of_aval(v.aval, where) for v in eqn.outvars]
         self.out_shapes = out_shapes
+        self.in_avals = [v.aval for v in eqn.invars]
+        if name not in KEY_PRIMITIVES and any(key_impl(a) is not None for a in self.in_avals):
+            raise FrontendError(f"xfuse does not support '{name}' on PRNG key arrays (at {self.loc})")
         loc = self.loc
         operands = [self.value_of(env, v) for v in eqn.invars]
         results = rule(self, dict(eqn.params), operands)

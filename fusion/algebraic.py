@@ -186,6 +186,13 @@ RULES: tuple[Rule, ...] = (
         "converting to the operand's own dtype changes no bit.",
     ),
     Rule(
+        "bitcast_same_type",
+        (Op.BITCAST_CONVERT,),
+        same_shape_operand,
+        forward,
+        "reading bits as the dtype they already are changes none.",
+    ),
+    Rule(
         "select_same_cases",
         (Op.SELECT_N,),
         all_operands_same,

@@ -35,7 +35,7 @@ def flops_per_element(inst: Instruction) -> float:
         return max(1, y.bit_length() + bin(y).count("1") - 1) + (4 if inst.attr("y") < 0 else 0)
     if inst.op in FLOPS_PER_ELEMENT:
         return FLOPS_PER_ELEMENT[inst.op]
-    if inst.op in (Op.CONSTANT, Op.PARAMETER, Op.CONVERT_ELEMENT_TYPE):
+    if inst.op in (Op.CONSTANT, Op.PARAMETER, Op.CONVERT_ELEMENT_TYPE, Op.BITCAST_CONVERT):
         return 0
     if inst.info.kind in ZERO_FLOP_KINDS:
         return 0

@@ -112,6 +112,7 @@ class Op(enum.Enum):
     SELECT_N = "select_n"
     CLAMP = "clamp"
     CONVERT_ELEMENT_TYPE = "convert_element_type"
+    BITCAST_CONVERT = "bitcast_convert"
     # data movement
     BROADCAST_IN_DIM = "broadcast_in_dim"
     RESHAPE = "reshape"
@@ -277,6 +278,8 @@ OPS: dict[Op, OpInfo] = {
     Op.SELECT_N: OpInfo(None, E, S.select_n, R.select_n, min_arity=2),
     Op.CLAMP: OpInfo(3, E, S.clamp, R.clamp),
     Op.CONVERT_ELEMENT_TYPE: OpInfo(1, E, S.convert, R.convert, result_given=True),
+    # The same bits read as another dtype of the same width (jax.lax.bitcast_convert_type).
+    Op.BITCAST_CONVERT: OpInfo(1, E, S.bitcast_convert, R.bitcast_convert, result_given=True),
     Op.BROADCAST_IN_DIM: OpInfo(
         1, B, S.broadcast_in_dim, R.broadcast_in_dim, (_ints("dims"),), result_given=True
     ),

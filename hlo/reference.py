@@ -232,6 +232,11 @@ def constant(ops, attrs, shape):
     return np.array(attrs["value"].array)
 
 
+def bitcast_convert(ops, attrs, shape):
+    (x,) = ops
+    return np.ascontiguousarray(x).view(_dtype(shape))
+
+
 def iota(ops, attrs, shape):
     dim = attrs["dimension"]
     ramp = np.arange(shape.dims[dim]).reshape([-1 if i == dim else 1 for i in range(shape.rank)])

@@ -118,6 +118,16 @@ def convert(operands, attrs, result):
     return r
 
 
+def bitcast_convert(operands, attrs, result):
+    x = _array(operands[0], "the operand")
+    r = _need_result(result, "bitcast_convert")
+    if r.dims != x.dims:
+        raise ShapeError(f"bitcast_convert cannot change dimensions: {x} -> {r}")
+    if x.dtype.is_pred or r.dtype.is_pred or x.dtype.bits != r.dtype.bits:
+        raise ShapeError(f"bitcast_convert needs two non-pred dtypes of one width: {x} -> {r}")
+    return r
+
+
 # ---------------------------------------------------------------------------- leaves
 def parameter(operands, attrs, result):
     if attrs["index"] < 0:

@@ -34,6 +34,10 @@ def trace_call(fun: Callable, info) -> tuple[Module, object]:
         args, kwargs = info.splitter.merge(dynamic_args, dynamic_kwargs, info.static)
         result = fun(*args, **kwargs)
         leaves, treedef = jax.tree_util.tree_flatten(result)
+        for index, leaf in enumerate(leaves):
+            if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+                raise TypeError(f"output {index} of {module_name(fun)} is a typed PRNG key array ({leaf.dtype}); "
+                                "return its key data (jax.random.key_data(key)), as xfuse returns arrays")
         out_tree.append(treedef)
         return leaves
 

@@ -59,6 +59,9 @@ def abstractify(leaf: object, path: str) -> LeafSpec:
         if array.dtype == object:
             raise TypeError(f"argument {path}: {type(leaf).__name__} is not an array")
         dtype, shape = array.dtype, array.shape
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        raise TypeError(f"argument {path}: a typed PRNG key array ({dtype}); pass its key data "
+                        "(jax.random.key_data(key)) or a jax.random.PRNGKey, which xfuse takes as uint32")
     try:
         dtype = np.dtype(dtype)
         if dtype.byteorder not in "=|" and dtype.kind in "biuf":  # non-native: read as native

@@ -463,12 +463,16 @@ class Renderer:
         elif module == "mathlib":
             return f"{name}({', '.join(texts)})", SUFFIX.get(name.rsplit("_", 1)[-1])
         elif module == "scalar":
-            if name in ("round_f16", "round_bf16"):
+            if name in ("round_f16", "round_bf16", "bits_f16", "bits_bf16"):
                 kind = "float"
+            elif name in ("f16_bits", "bf16_bits"):
+                kind = "uint16_t"
             elif name == "is_finite":
                 kind = "bool"
             elif name == "clamp":
                 kind = "int64_t"
+            elif name.startswith("bitcast_"):
+                kind = SUFFIX[name[len("bitcast_"):]]
             else:
                 kind = args[0][1] if args else None
             return f"scalar_{name}({', '.join(texts)})", kind

@@ -717,6 +717,41 @@ static inline uint64_t xf_f64_bits(double x) {
     return i;
 }
 
+/* lax.bitcast_convert_type: the bits of x read as another type of the same width. */
+#define XF_BITCAST(to, x) ({ __typeof__(x) xf_from_ = (x); to xf_to_; memcpy(&xf_to_, &xf_from_, sizeof xf_to_); xf_to_; })
+#define scalar_bitcast_s8(x) XF_BITCAST(int8_t, x)
+#define scalar_bitcast_u8(x) XF_BITCAST(uint8_t, x)
+#define scalar_bitcast_s16(x) XF_BITCAST(int16_t, x)
+#define scalar_bitcast_u16(x) XF_BITCAST(uint16_t, x)
+#define scalar_bitcast_s32(x) XF_BITCAST(int32_t, x)
+#define scalar_bitcast_u32(x) XF_BITCAST(uint32_t, x)
+#define scalar_bitcast_s64(x) XF_BITCAST(int64_t, x)
+#define scalar_bitcast_u64(x) XF_BITCAST(uint64_t, x)
+#define scalar_bitcast_f32(x) XF_BITCAST(float, x)
+#define scalar_bitcast_f64(x) XF_BITCAST(double, x)
+
+/* f16 and bf16 values are held in float inside kernels; these give and take their bits. */
+static inline uint16_t scalar_bf16_bits(float x) { return (uint16_t)(scalar_f32_bits(x) >> 16); }
+static inline float scalar_bits_bf16(uint16_t b) { return xf_float32((uint32_t)b << 16); }
+static inline uint16_t scalar_f16_bits(float x) {
+    uint32_t bits = scalar_f32_bits(x);
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    float ax = fabsf(x);
+    if (x != x) return sign | 0x7C00u | (uint16_t)((bits >> 13) & 0x3FFu); /* the payload widening kept */
+    if (ax == INFINITY) return sign | 0x7C00u;
+    if (ax < 6.103515625e-05f) return sign | (uint16_t)(ax * 16777216.0f); /* a multiple of 2**-24 */
+    return sign | (uint16_t)(((((bits >> 23) & 0xFFu) - 112u) << 10) | ((bits >> 13) & 0x3FFu));
+}
+static inline float scalar_bits_f16(uint16_t b) {
+    uint32_t sign = ((uint32_t)b & 0x8000u) << 16, exponent = ((uint32_t)b >> 10) & 0x1Fu, mantissa = b & 0x3FFu;
+    if (exponent == 0) {
+        float value = (float)mantissa * 5.9604644775390625e-08f;
+        return sign ? -value : value;
+    }
+    if (exponent == 31) return xf_float32(sign | 0x7F800000u | (mantissa << 13));
+    return xf_float32(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
 /* The bits of a float32 or float64 as an unsigned integer of the same width. */
 #define scalar_float_bits(x) _Generic((x), float: scalar_f32_bits, double: xf_f64_bits)(x)
 

@@ -293,6 +293,7 @@ RULES: dict[Op, Callable[[Context], str]] = {
     Op.SELECT_N: _call("lax.select_n"),  # XLA clamps an out-of-range selector, as the reference
     Op.CLAMP: _call("lax.clamp"),
     Op.CONVERT_ELEMENT_TYPE: _convert,
+    Op.BITCAST_CONVERT: lambda c: f"lax.bitcast_convert_type({c.args[0]}, {DTYPE_TEXT[c.dtype]})",
     Op.BROADCAST_IN_DIM: _broadcast_in_dim,
     Op.RESHAPE: lambda c: f"lax.reshape({c.args[0]}, {_ints(c.inst.array_shape.dims)})",
     Op.TRANSPOSE: lambda c: f"lax.transpose({c.args[0]}, {_ints(c.attr('permutation'))})",

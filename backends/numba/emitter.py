@@ -47,6 +47,18 @@ def np_name(dtype: DType) -> str:
     return "np.bool_" if dtype is DType.PRED else f"np.{compute_dtype(dtype).numpy.name}"
 
 
+def bitcast_text(x: str, source: DType, target: DType) -> str:
+    """x's bits read as `target` (same width). f16 and bf16 are held in f32 inside kernels, so
+    their bits go through `scalar.f16_bits` and `scalar.bits_f16` (and bf16's)."""
+    half = (DType.F16, DType.BF16)
+    if source in half:
+        x, source = f"scalar.{source.value}_bits({x})", DType.U16
+    if target in half:
+        bits = x if source is DType.U16 else f"scalar.bitcast_u16({x})"
+        return f"scalar.bits_{target.value}({bits})"
+    return x if source is target else f"scalar.bitcast_{target.value}({x})"
+
+
 def literal(value: object, dtype: DType) -> str:
     """A scalar of `dtype` as typed source text."""
     dtype = compute_dtype(dtype)
@@ -233,6 +245,8 @@ class Emitter:
             return f"{T}(scalar.{kind}min(scalar.{kind}max({a[1]}, {a[0]}), {a[2]}))"
         if op is Op.CONVERT_ELEMENT_TYPE:
             return self.convert(a[0], operand_dtype, out)
+        if op is Op.BITCAST_CONVERT:
+            return bitcast_text(a[0], operand_dtype, out)
         raise NotImplementedError(f"the numba backend has no code for {op} ({inst.name})")
 
     def variant(self, dtype: DType) -> str:

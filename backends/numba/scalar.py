@@ -96,6 +96,70 @@ def bits_f32(typingctx, x):
     return sig, codegen
 
 
+def _bitcast_to(target):
+    """An intrinsic: the bits of a number read as `target`, a numba type of the same width."""
+
+    @intrinsic
+    def bitcast(typingctx, x):
+        if not isinstance(x, (types.Integer, types.Float)) or x.bitwidth != target.bitwidth:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(target))
+
+        return target(x), codegen
+
+    return bitcast
+
+
+# bitcast_u32(x), bitcast_f64(x), ...: lax.bitcast_convert_type between dtypes of one width
+for _name in ("s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64", "f32", "f64"):
+    _kind = {"s": "int", "u": "uint", "f": "float"}[_name[0]]
+    globals()[f"bitcast_{_name}"] = _bitcast_to(getattr(types, f"{_kind}{_name[1:]}"))
+
+
+# f16 and bf16 values are held in float32 inside kernels; these give and take their bits.
+@inline
+def bf16_bits(x):
+    """The bits of a bfloat16 held in a float32."""
+    return np.uint16(f32_bits(np.float32(x)) >> np.uint32(16))
+
+
+@inline
+def bits_bf16(b):
+    return bits_f32(np.uint32(np.uint32(b) << np.uint32(16)))
+
+
+@inline
+def f16_bits(x):
+    """The bits of a float16 held in a float32 (exactly representable: a kernel rounds to f16)."""
+    x = np.float32(x)
+    bits = f32_bits(x)
+    sign = np.uint16((bits >> np.uint32(16)) & np.uint32(0x8000))
+    ax = abs(x)
+    if x != x:  # the payload numpy's widening kept
+        return np.uint16(sign | np.uint16(0x7C00 | ((bits >> np.uint32(13)) & np.uint32(0x3FF))))
+    if ax == np.inf:
+        return np.uint16(sign | np.uint16(0x7C00))
+    if ax < np.float32(6.103515625e-05):  # subnormal or zero: a multiple of 2**-24
+        return np.uint16(sign | np.uint16(ax * np.float32(16777216.0)))
+    exponent = ((bits >> np.uint32(23)) & np.uint32(0xFF)) - np.uint32(112)
+    return np.uint16(sign | np.uint16((exponent << np.uint32(10)) | ((bits >> np.uint32(13)) & np.uint32(0x3FF))))
+
+
+@inline
+def bits_f16(b):
+    b = np.uint32(np.uint16(b))
+    sign = (b & np.uint32(0x8000)) << np.uint32(16)
+    exponent, mantissa = (b >> np.uint32(10)) & np.uint32(0x1F), b & np.uint32(0x3FF)
+    if exponent == np.uint32(0):
+        value = np.float32(mantissa) * np.float32(5.9604644775390625e-08)
+        return -value if sign else value
+    if exponent == np.uint32(31):
+        return bits_f32(np.uint32(sign | np.uint32(0x7F800000) | (mantissa << np.uint32(13))))
+    return bits_f32(np.uint32(sign | ((exponent + np.uint32(112)) << np.uint32(23)) | (mantissa << np.uint32(13))))
+
+
 @inline
 def round_bf16(x):
     """x rounded to the nearest bfloat16 (ties to even), kept in float32."""

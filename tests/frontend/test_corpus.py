@@ -935,6 +935,65 @@ def placement(x):
     return jax.device_put(y) + jnp.copy(x), lax.stop_gradient(y)
 
 
+# --- jax.random: raw uint32 keys (edge: zero and all-ones words), typed keys inside
+def key_inputs(rng, edge):
+    key = integers(rng, edge, (2,), np.uint32, low=0, high=2**32 - 1)
+    return key, floats(rng, edge, (4, 6))
+
+
+@case(key_inputs, TRANSCENDENTAL)
+def random_dropout_and_noise(key, x):
+    """bits, uniform (a bitcast of the bits), bernoulli and normal (erf_inv) from one key."""
+    keep = jax.random.bernoulli(key, 0.75, x.shape)
+    noise = jax.random.normal(key, x.shape)
+    return jnp.where(keep, x * 1.25, 0.0), keep, noise, jax.random.bits(key, (5,), jnp.uint8)
+
+
+@case(key_inputs, TRANSCENDENTAL)
+def random_key_plumbing(key, x):
+    """Typed keys: wrapped, split, folded (one message, and one per key), cloned, unwrapped,
+    indexed, carried through a loop, and seeded from a traced integer."""
+    k = jax.random.wrap_key_data(key)
+    a, b = jax.random.split(k)
+    folded = jax.vmap(lambda i: jax.random.fold_in(a, i))(jnp.arange(3))
+    c = jax.random.clone(jax.random.fold_in(b, 3))
+    seeded = jax.random.PRNGKey(key[0] >> 1)
+
+    def body(i, carry):
+        kk, total = carry
+        kk, sub = jax.random.split(kk)
+        return kk, total + jax.random.uniform(sub, (6,))
+
+    _, walked = lax.fori_loop(0, 3, body, (folded[jnp.argmax(x[0])], x[0]))
+    return (jax.random.key_data(folded), jax.random.randint(c, (5,), -3, 9), jax.random.uniform(seeded, (2,)),
+            jax.random.permutation(a, 6), walked)
+
+
+@case(key_inputs, NORMWISE)
+def random_truncated_normal(key, x):
+    """truncated_normal: erf, erf_inv and nextafter at the bounds. Normwise: erf_inv of a
+    difference of two erf values near zero amplifies their last-ulp differences (10 ulps seen)."""
+    return jax.random.truncated_normal(key, -2.0, 1.5, x.shape) * x
+
+
+@case(lambda r, e: (integers(r, e, (2,), np.uint32, low=0, high=2**32 - 1),
+                    integers(r, e, (7,), np.uint32, low=0, high=2**32 - 1)), EXACT)
+def threefry_hash(key, counts):
+    return jax.extend.random.threefry_2x32(key, counts)
+
+
+def erf_inv_inputs(rng, edge):
+    x = np.clip(floats(rng, edge, (40,), scale=0.5, large=False), -1.5, 1.5)
+    x[:6] = [1.0, -1.0, 0.9999999, -0.99999994, 1e-30, -0.0] if edge else x[:6]
+    y = floats(rng, edge, (40,), extreme=edge, subnormal=edge)
+    return x, y, x.astype(jnp.bfloat16)
+
+
+@case(erf_inv_inputs, TRANSCENDENTAL)
+def erf_inv_and_nextafter(x, y, h):
+    return lax.erf_inv(x), lax.erf_inv(h), lax.nextafter(x, y), lax.nextafter(y, x), lax.bitcast_convert_type(y, jnp.int32)
+
+
 # --- Python scalars (weak types), pytrees, closures
 def weak_inputs(rng, edge):
     """Arrays and two Python scalars, weakly typed f32 and i32 (edge: NaN, inf, -0.0, extremes)."""
@@ -1124,6 +1183,8 @@ NOT_EMITTED = {
 }
 # Names jax 0.10 emits, but never into a jaxpr xfuse can trace.
 UNREACHABLE = {
+    "iota_2x32_shape": "bound only inside a PRNG implementation's functions, which the random_* rules "
+    "trace themselves",
     "closed_call": "made only by jax's own passes (DCE of remat_opt, scan partial evaluation) "
     "that jax.make_jaxpr does not run",
     "pvary": "bound only inside shard_map bodies, which xfuse does not translate",

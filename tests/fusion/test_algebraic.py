@@ -46,6 +46,7 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "broadcast_broadcast",
         "broadcast_identity",
         "convert_same_type",
+        "bitcast_same_type",
         "select_same_cases",
         "select_constant_selector",
         "slice_everything",
@@ -234,6 +235,11 @@ CASES = {
         "(x: bf16[14]) -> bf16[14]",
         "  x = bf16[14] parameter(0)\n  ROOT c = bf16[14] convert_element_type(x)",
         "  ROOT x = bf16[14] parameter(0)",
+    ),
+    "bitcast_same_type": (
+        "(x: u32[14]) -> u32[14]",
+        "  x = u32[14] parameter(0)\n  ROOT c = u32[14] bitcast_convert(x)",
+        "  ROOT x = u32[14] parameter(0)",
     ),
     "select_same_cases": (
         "(p: pred[14], x: f32[14]) -> f32[14]",
@@ -575,6 +581,11 @@ MUST_NOT = {
         "(x: s32[8]) -> s32[8]",
         X_S32 + splat("s32", "2", "8") + "  ROOT r = s32[8] div(x, s)",
         None,  # integer division rounds toward zero: no reciprocal
+    ),
+    "bitcast_to_another_type": (
+        "(x: f32[14]) -> s32[14]",
+        X_F32 + "  ROOT r = s32[14] bitcast_convert(x)",
+        None,  # the bits stay, the dtype does not
     ),
     "int_times_minus_one": (
         "(x: s32[8]) -> s32[8]",

@@ -299,6 +299,13 @@ def _convert(c: _Context, op: Op) -> Instruction:
     return c.add(c.builder.convert_element_type(x, dtype=c.draw(st.sampled_from(ALL_DTYPES))))
 
 
+def _bitcast(c: _Context, op: Op) -> Instruction:
+    x = c.pick(tuple(d for d in ALL_DTYPES if not d.is_pred))
+    width = x.shape.dtype.bits
+    to = c.draw(st.sampled_from([d for d in ALL_DTYPES if d.bits == width and not d.is_pred]))
+    return c.add(c.builder.emit(Op.BITCAST_CONVERT, x, dtype=to))
+
+
 def _broadcast_in_dim(c: _Context, op: Op) -> Instruction:
     x = c.pick()
     rank = c.draw(st.integers(x.shape.rank, max(MAX_RANK, x.shape.rank)))
@@ -560,6 +567,7 @@ RECIPES: dict[Op, Recipe] = {
     Op.SELECT_N: _select_n,
     Op.CLAMP: _clamp,
     Op.CONVERT_ELEMENT_TYPE: _convert,
+    Op.BITCAST_CONVERT: _bitcast,
     Op.BROADCAST_IN_DIM: _broadcast_in_dim,
     Op.RESHAPE: _reshape,
     Op.TRANSPOSE: _transpose,

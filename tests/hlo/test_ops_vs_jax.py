@@ -288,6 +288,16 @@ def convert_trials(dtype: DType, rng: Rng) -> list[Trial]:
     ]
 
 
+def bitcast_trials(dtype: DType, rng: Rng) -> list[Trial]:
+    """To every other dtype of the same width (pred has none: it is refused, as by lax)."""
+    x = np.concatenate([conversion_values(dtype), random_values(dtype, N_RANDOM, rng)])
+    targets = [to for to in ALL if to.bits == dtype.bits and not to.is_pred and to is not dtype] or [DType.U8]
+    return [
+        Trial(lambda x, to=to: lax.bitcast_convert_type(x, to.numpy), (x,), {"dtype": to})
+        for to in [dtype, *targets] if not dtype.is_pred or to is not dtype
+    ]
+
+
 def broadcast_in_dim_trials(dtype: DType, rng: Rng) -> list[Trial]:
     layouts = [((3, 1), (2, 3, 4), (1, 2)), ((), (2, 3), ()), ((4,), (4, 5), (0,)),
                ((2, 3), (2, 0, 3), (0, 2))]
@@ -587,6 +597,7 @@ SPECS: dict[Op, Spec] = {
     Op.SELECT_N: Spec(ALL, select_n_trials),
     Op.CLAMP: Spec(NUMERIC, clamp_trials),
     Op.CONVERT_ELEMENT_TYPE: Spec(ALL, convert_trials),
+    Op.BITCAST_CONVERT: Spec(tuple(d for d in ALL if not d.is_pred), bitcast_trials),
     Op.BROADCAST_IN_DIM: Spec(ALL, broadcast_in_dim_trials),
     Op.RESHAPE: Spec(ALL, reshape_trials),
     Op.TRANSPOSE: Spec(ALL, transpose_trials),
