@@ -182,8 +182,8 @@ def uses_lgamma_in_a_loop_body(x):
     return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jax.lax.lgamma(c[1])), (0, x))[1]
 
 
-def uses_erf_inv_in_a_branch(x):
-    return jax.lax.cond(x.sum() > 0, lambda v: jax.lax.erf_inv(v), lambda v: v - 1.0, x)
+def uses_bessel_i0e_in_a_branch(x):
+    return jax.lax.cond(x.sum() > 0, lambda v: jax.lax.bessel_i0e(v), lambda v: v - 1.0, x)
 
 
 def uses_igamma(x):
@@ -202,7 +202,7 @@ def uses_digamma_in_a_scan_in_a_jitted_helper(x):
 PRIMITIVES = [(uses_cumlogsumexp, "cumlogsumexp", uses_cumlogsumexp),
               (uses_bessel_i1e, "bessel_i1e", uses_bessel_i1e),
               (uses_lgamma_in_a_loop_body, "lgamma", uses_lgamma_in_a_loop_body),
-              (uses_erf_inv_in_a_branch, "erf_inv", uses_erf_inv_in_a_branch),
+              (uses_bessel_i0e_in_a_branch, "bessel_i0e", uses_bessel_i0e_in_a_branch),
               (uses_igamma, "igamma", uses_igamma),
               (uses_digamma_in_a_scan_in_a_jitted_helper, "digamma", _inner_scan)]
 
