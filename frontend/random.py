@@ -14,6 +14,8 @@ words. May import xfuse.hlo and jax.
 
 from __future__ import annotations
 
+import math
+
 import jax
 
 from xfuse.hlo import DType, Op
@@ -145,9 +147,12 @@ def _threefry2x32(ctx, params, operands):
 
 @rule("iota_2x32_shape")
 def _iota_2x32_shape(ctx, params, operands):
-    """The row-major index of each element in two uint32 words (high, low). Arrays of 2^32
-    elements or more do not fit in memory, so the high word is zero."""
+    """The row-major index of each element in two uint32 words (high, low): the high word is
+    zero, as xfuse draws fewer than 2^32 numbers at once (16 GiB of uint32)."""
     dims = tuple(int(d) for d in params["shape"])
+    if math.prod(dims) >= 1 << 32:
+        raise FrontendError(f"'{ctx.primitive}' at {ctx.loc}: xfuse draws fewer than 2**32 random numbers at once, "
+                            f"not {dims}")
     u32 = DType.U32
     shape = ctx.out
     index = None
