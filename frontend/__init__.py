@@ -15,6 +15,7 @@ from . import control  # noqa: F401  (registers cond, while and scan in RULES)
 from .rules import RULES, supported_primitives
 from . import indexing  # noqa: F401,E402  (registers the data-op rules into RULES)
 from . import random  # noqa: F401,E402  (registers the jax.random rules into RULES)
+from . import special  # noqa: F401,E402  (registers erf_inv, lgamma, digamma, nextafter)
 from .translate import FrontendError, UnsupportedPrimitiveError, jaxpr_to_module
 
 

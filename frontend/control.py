@@ -103,7 +103,11 @@ def _cond(ctx: Context, params: dict, operands: list[Instruction]) -> list[Instr
 @rule("while")
 def _while(ctx: Context, params: dict, operands: list[Instruction]) -> list[Instruction]:
     """lax.while_loop: the state is the condition's consts, the body's consts and the carry;
-    the consts pass through the body unchanged."""
+    the consts pass through the body unchanged.
+
+    A vmapped loop whose condition depends on the batch has a condition of the batch's shape
+    (JAX's batched predicate): as JAX lowers it, the loop runs while any element's holds, and
+    the body keeps the old carry where the element's condition (on the old carry) is false."""
     n_cond, n_body = int(params["cond_nconsts"]), int(params["body_nconsts"])
     cond_consts, body_consts = operands[:n_cond], operands[n_cond : n_cond + n_body]
     carry = operands[n_cond + n_body :]
@@ -115,18 +119,36 @@ def _while(ctx: Context, params: dict, operands: list[Instruction]) -> list[Inst
     body_jaxpr, body_closed = _closed(params["body_jaxpr"])
     n_fixed = n_cond + n_body
 
+    batched = bool(cond_jaxpr.outvars[0].aval.shape)
+
     def condition(inner: Context, ps):
         (pred,) = inner.inline(cond_jaxpr, cond_closed, [*ps[:n_cond], *ps[n_fixed:]])
+        if batched:
+            pred = inner.emit(Op.REDUCE_OR, pred, axes=tuple(range(pred.array_shape.rank)))
         return pred
 
     def body(inner: Context, ps):
         updated = inner.inline(body_jaxpr, body_closed, [*ps[n_cond:n_fixed], *ps[n_fixed:]])
+        if batched:
+            (pred,) = inner.inline(cond_jaxpr, cond_closed, [*ps[:n_cond], *ps[n_fixed:]])
+            updated = [_select_batch(inner, pred, new, old) for new, old in zip(updated, ps[n_fixed:])]
         return [*ps[:n_fixed], *updated]
 
     cond_comp = _subcomputation(ctx, fresh_name(f"{name}.cond", taken), shapes, condition)
     body_comp = _subcomputation(ctx, fresh_name(f"{name}.body", taken), shapes, body)
     loop = ctx.emit(Op.WHILE, *state, condition=cond_comp.name, body=body_comp.name, name=name)
     return _elements(ctx, loop, range(n_fixed, len(state)))
+
+
+def _select_batch(ctx: Context, pred: Instruction, new: Instruction, old: Instruction) -> Instruction:
+    """new where pred, else old; pred (the batch's shape) spread over new's trailing dims. A
+    value with no batch dims (the same in every element) is taken as updated."""
+    dims, rank = new.array_shape.dims, pred.array_shape.rank
+    if new.array_shape.rank < rank or dims[:rank] != pred.array_shape.dims:
+        return new
+    if dims != pred.array_shape.dims:
+        pred = ctx.emit(Op.BROADCAST_IN_DIM, pred, shape=pred.array_shape.with_dims(dims), dims=tuple(range(rank)))
+    return ctx.emit(Op.SELECT_N, pred, old, new)
 
 
 # ---------------------------------------------------------------------------- scan

@@ -260,6 +260,21 @@ for _name, _physical in _KEY_MOVES.items():
 # primitive given one, naming it, rather than let its rule misread the trailing dims.
 KEY_PRIMITIVES.update({
     *_KEY_MOVES, "random_wrap", "random_unwrap", "random_clone", "random_bits", "random_split", "random_fold_in",
+    "random_gamma",
     "jit", "pjit", "closed_call", "core_call", "remat", "checkpoint", "remat2", "custom_jvp_call",
     "custom_vjp_call", "custom_vjp_call_jaxpr", "while", "cond", "scan",
 })  # fmt: skip
+
+
+@rule("random_gamma")
+def _random_gamma(ctx, params, operands):
+    """Gamma samples as jax lowers them on the CPU: its own sampler (Marsaglia and Tsang's
+    rejection loop, vmapped over the alphas) traced on the key array and inlined."""
+    try:
+        from jax._src.random.core import _gamma_impl
+    except ImportError:  # another jax's layout
+        raise FrontendError(f"'random_gamma' at {ctx.loc}: xfuse cannot find this jax's gamma sampler") from None
+    key_aval, alpha = ctx.in_avals[0], operands[1]
+    spec = jax.ShapeDtypeStruct(key_aval.shape, key_aval.dtype)
+    fn = lambda k, a: _gamma_impl(k, a, log_space=bool(params["log_space"]), use_vmap=True)  # noqa: E731
+    return _inline_traced(ctx, fn, [spec, _spec(alpha)], operands)

@@ -6,6 +6,7 @@ registers itself there and runs in every corpus test (jax.jit against each backe
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -79,6 +80,22 @@ def newton_sqrt(x):
 def while_zero_iterations(x):
     never = lax.while_loop(lambda s: s[0] < 0, lambda s: (s[0] + 1, s[1] * 2), (jnp.int32(0), x))
     return never[1], never[0]
+
+
+@case(lambda r, e: (floats(r, e, (5, 3), large=False), integers(r, e, (5,), low=-1, high=6, extreme=False)),
+      COMPOSITE)
+def vmapped_while(x, n):
+    """A while_loop under vmap whose condition depends on the element: JAX's batched predicate
+    (the loop runs while any element's holds; the others keep their carry)."""
+    def one(row, k):
+        def step(state):
+            i, v = state
+            return i + 1, v * 0.5 + jnp.cos(v)
+
+        return lax.while_loop(lambda s: (s[0] < k) & (s[1][0] < 4.0), step, (jnp.int32(0), row))
+
+    steps, rows = jax.vmap(one)(x, n)
+    return steps, rows
 
 
 # --- fori_loop: static bounds (a scan) and traced bounds (a while)

@@ -969,6 +969,15 @@ def random_key_plumbing(key, x):
             jax.random.permutation(a, 6), walked)
 
 
+@case(lambda r, e: (integers(r, e, (2,), np.uint32, low=0, high=2**32 - 1),
+                    np.abs(floats(r, e, (5,), special=False, large=False)) + np.float32(0.05)), NORMWISE)
+def random_gamma_beta(key, alpha):
+    """gamma (jax's rejection sampler: a vmapped while with a batched predicate) and beta (its
+    log-space form)."""
+    k1, k2 = jax.random.split(key)
+    return jax.random.gamma(k1, alpha), jax.random.beta(k2, alpha, 2.0)
+
+
 @case(key_inputs, NORMWISE)
 def random_truncated_normal(key, x):
     """truncated_normal: erf, erf_inv and nextafter at the bounds. Normwise: erf_inv of a
@@ -980,6 +989,20 @@ def random_truncated_normal(key, x):
                     integers(r, e, (7,), np.uint32, low=0, high=2**32 - 1)), EXACT)
 def threefry_hash(key, counts):
     return jax.extend.random.threefry_2x32(key, counts)
+
+
+def gamma_inputs(rng, edge):
+    x = floats(rng, edge, (60,), scale=4.0, large=False)
+    if edge:  # the poles, the zeros of lgamma, digamma's root, and past them
+        x[:12] = [0.0, -0.0, -1.0, -2.0, 1.0, 2.0, 1.4616321, 0.5, -0.5, -2.5, 1e-20, 30.0]
+    return (x,)
+
+
+@case(gamma_inputs, NORMWISE)
+def log_gamma_and_digamma(x):
+    """lgamma and digamma (Lanczos, reflected below 1/2) and what uses them. Normwise: both
+    lose relative precision near their zeros and poles, as XLA's do."""
+    return lax.lgamma(x), lax.digamma(x), jax.scipy.special.gammaln(jnp.abs(x) + 1.0)
 
 
 def erf_inv_inputs(rng, edge):

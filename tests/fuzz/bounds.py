@@ -438,6 +438,9 @@ def _documented(step: Step, operands: dict, y):
     are computed by numpy in float64, exactly, and rounded back (min and max are exact)."""
     if step.rule == "monotone" and str(y.dtype) == "float64" and step.params[0] != "exp2":
         return _accurate(step, operands, y)  # (jax defines exp2 as exp(log(2) * x))
+    if step.rule in ("add", "mul", "div") and is_float(y.dtype) and len(operands) == 2 \
+            and any(np.asarray(v).dtype == np.bool_ for v in operands.values()):
+        return _with_a_boolean(step, operands, y)
     if step.rule != "reduce_maxmin" or not is_float(y.dtype):
         return y
     (x,) = operands.values()
@@ -447,6 +450,21 @@ def _documented(step: Step, operands: dict, y):
         exact = fn(wide(x), axis=axes, keepdims=keep).astype(y.dtype) if x.size else np.asarray(y)
     got = np.asarray(y)
     same = (exact == got) | (np.isnan(exact) & np.isnan(got))
+    return y if same.all() else jnp.asarray(exact)
+
+
+def _with_a_boolean(step: Step, operands: dict, y):
+    """`y`, or IEEE arithmetic where XLA:CPU's simplifier rewrote an operation with a boolean
+    (converted to 0 or 1) into a select: `x * b` as select(b, x, 0) gives +0.0 for a negative x
+    (and 0 for NaN or inf) where b is False, in f16, f32 and f64. Computed in float64, where a
+    sum, product or quotient of the two values rounds to the dtype as the dtype's own would."""
+    a, b = (wide(v) for v in operands.values())
+    op = {"add": np.add if "+" in step.expr else np.subtract, "mul": np.multiply, "div": np.divide}[step.rule]
+    got = np.asarray(y)
+    with np.errstate(all="ignore"):
+        exact = op(a, b).astype(got.dtype)
+    same = ((exact == got) & (np.signbit(wide(exact)) == np.signbit(wide(got)))) \
+        | (np.isnan(wide(exact)) & np.isnan(wide(got)))
     return y if same.all() else jnp.asarray(exact)
 
 

@@ -166,3 +166,16 @@ def test_f16_sums_must_accumulate_in_f32_as_jax_does():
         step_by_step = np.float16(step_by_step + x)
     assert not compare(np.asarray(in_f32), want[0], bounds[0]).any()
     assert compare(np.asarray(step_by_step), want[0], bounds[0]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_arithmetic_with_a_boolean_is_held_to_ieee_not_to_xlas_select(dtype):
+    """XLA:CPU's simplifier turns x * convert(b) into select(b, x, 0): +0.0 for a negative x,
+    0 for NaN, where b is False. The baseline is IEEE's product (-0.0, NaN); xfuse gives it,
+    and jax.jit is not held to it."""
+    program = _program("a0 * a1", [Value("a0", (4,), dtype), Value("a1", (4,), "bool")], "mul")
+    inputs = [np.array([-1.5, np.nan, 2.0, -0.0], dtype), np.array([False, False, True, True])]
+    want, bounds = evaluate(program, inputs)
+    np.testing.assert_array_equal(np.signbit(want[0]), [True, False, False, True])
+    assert np.isnan(want[0][1]) and bounds[0].xla_departs
+    assert mismatches(program, inputs, engines(("numba", "reference"))) == []

@@ -1,0 +1,208 @@
+"""Rules for the special functions JAX has as primitives and XLA expands into elementwise ops
+(as its client library and CHLO's legalization do): erf_inv, lgamma, digamma, and nextafter on
+the bits. Each is written here as the same expansion over xfuse's ops, so it fuses like any
+chain and every backend runs it. Registered into `rules.RULES`. May import xfuse.hlo.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xfuse.hlo import DType, Op
+
+from .rules import rule
+from .translate import FrontendError
+
+
+# Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single precision: the
+# polynomial XLA evaluates for erf_inv, in w - 2.5 where w = -log1p(-x*x) < 5, else in sqrt(w) - 3.
+_ERF_INV_SMALL_W = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERF_INV_LARGE_W = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+@rule("erf_inv")
+def _erf_inv(ctx, params, operands):
+    """erf_inv as XLA expands it (f16 and bf16 through f32): Giles' polynomial times x, and
+    +-inf at +-1 (NaN past them, from the log of a negative number). float64 takes that value
+    as a first guess and refines it with Newton steps (`_erf_inv_f64`)."""
+    (x,) = operands
+    out = ctx.out.dtype
+    work = DType.F64 if out is DType.F64 else DType.F32
+    x = ctx.convert(x, work)
+    dims = x.array_shape.dims
+
+    def c(value, dtype=work):
+        return ctx.broadcast_to(ctx.constant(value, dtype), dims)
+
+    def giles(v):  # in f32
+        c32 = lambda value: c(value, DType.F32)  # noqa: E731
+        w = ctx.emit(Op.NEG, ctx.emit(Op.LOG1P, ctx.emit(Op.NEG, ctx.emit(Op.MUL, v, v))))
+        small = ctx.emit(Op.LT, w, c32(5.0))
+        w = ctx.emit(Op.SELECT_N, small, ctx.emit(Op.SUB, ctx.emit(Op.SQRT, w), c32(3.0)), ctx.emit(Op.SUB, w, c32(2.5)))
+        p = None
+        for lo, hi in zip(_ERF_INV_SMALL_W, _ERF_INV_LARGE_W):
+            k = ctx.emit(Op.SELECT_N, small, c32(hi), c32(lo))
+            p = k if p is None else ctx.emit(Op.ADD, k, ctx.emit(Op.MUL, p, w))
+        return ctx.emit(Op.MUL, p, v)
+
+    if work is DType.F32:
+        result = giles(x)
+    else:
+        result = _erf_inv_f64(ctx, x, giles, c)
+        outside = ctx.emit(Op.GT, ctx.emit(Op.ABS, x), c(1.0))  # NaN, as the f32 log gives
+        result = ctx.emit(Op.SELECT_N, outside, result, c(float("nan")))
+    edge = ctx.emit(Op.EQ, ctx.emit(Op.ABS, x), c(1.0))
+    result = ctx.emit(Op.SELECT_N, edge, result, ctx.emit(Op.MUL, x, c(float("inf"))))
+    return ctx.convert(result, out)
+
+
+def _erf_inv_f64(ctx, x, giles, c):
+    """erf_inv in float64, where the tail matters: for |x| <= 0.9, Newton on erf(r) = x from the
+    f32 polynomial; past it, Newton on log(erfc(r)) = log(1 - |x|) (1 - |x| is exact there),
+    which is nearly quadratic in r, from the asymptotic r^2 = -log(t) - log(r sqrt(pi)). The
+    result is as good as erf's and erfc's own, times erf_inv's condition number."""
+    near = ctx.emit(Op.CLAMP, c(-0.95), x, c(0.95))  # the central guess stays finite
+    central = ctx.convert(giles(ctx.convert(near, DType.F32)), DType.F64)
+    for _ in range(3):  # r -= (erf(r) - x) * sqrt(pi)/2 * exp(r^2)
+        error = ctx.emit(Op.SUB, ctx.emit(Op.ERF, central), x)
+        slope = ctx.emit(Op.MUL, c(0.886226925452758), ctx.emit(Op.EXP, ctx.emit(Op.MUL, central, central)))
+        central = ctx.emit(Op.SUB, central, ctx.emit(Op.MUL, error, slope))
+    magnitude = ctx.emit(Op.ABS, x)
+    t = ctx.emit(Op.SUB, c(1.0), ctx.emit(Op.CLAMP, c(0.5), magnitude, c(1.0 - 2.0**-53)))
+    log_t = ctx.emit(Op.LOG, t)
+    tail = ctx.emit(Op.SQRT, ctx.emit(Op.NEG, log_t))
+    root_pi = c(1.7724538509055159)
+    tail = ctx.emit(Op.SQRT, ctx.emit(Op.SUB, ctx.emit(Op.NEG, log_t),
+                                      ctx.emit(Op.LOG, ctx.emit(Op.MUL, tail, root_pi))))
+    for _ in range(4):  # r += (log(erfc(r)) - log(t)) * erfc(r) * sqrt(pi)/2 * exp(r^2)
+        erfc = ctx.emit(Op.ERFC, tail)
+        error = ctx.emit(Op.SUB, ctx.emit(Op.LOG, erfc), log_t)
+        slope = ctx.emit(Op.MUL, ctx.emit(Op.MUL, erfc, c(0.886226925452758)),
+                         ctx.emit(Op.EXP, ctx.emit(Op.MUL, tail, tail)))
+        tail = ctx.emit(Op.ADD, tail, ctx.emit(Op.MUL, error, slope))
+    signed_tail = ctx.emit(Op.SELECT_N, ctx.emit(Op.LT, x, c(0.0)), tail, ctx.emit(Op.NEG, tail))
+    return ctx.emit(Op.SELECT_N, ctx.emit(Op.GT, magnitude, c(0.9)), central, signed_tail)
+
+
+@rule("nextafter")
+def _nextafter(ctx, params, operands):
+    """The float next to x toward y, on the bits as XLA expands it: y where x == y, NaN where
+    either is NaN, the smallest subnormal of y's sign where x is zero, else x's bits one step
+    (as an integer of its width) away from or toward zero."""
+    dims = ctx.out.dims
+    x, y = (ctx.broadcast_to(v, dims) for v in operands)
+    dtype = ctx.out.dtype
+    if dtype not in (DType.F32, DType.F64):
+        raise FrontendError(f"nextafter on {dtype} at {ctx.loc}: xfuse takes float32 and float64")
+    bits = DType.U32 if dtype is DType.F32 else DType.U64
+
+    def c(value, t):
+        return ctx.broadcast_to(ctx.constant(value, t), dims)
+
+    xi, yi = ctx.emit(Op.BITCAST_CONVERT, x, dtype=bits), ctx.emit(Op.BITCAST_CONVERT, y, dtype=bits)
+    sign = c(1 << (bits.bits - 1), bits)
+    magnitude = c((1 << (bits.bits - 1)) - 1, bits)
+    x_abs, y_abs = ctx.emit(Op.AND, xi, magnitude), ctx.emit(Op.AND, yi, magnitude)
+    x_sign, y_sign = ctx.emit(Op.AND, xi, sign), ctx.emit(Op.AND, yi, sign)
+    smaller = ctx.emit(Op.OR, ctx.emit(Op.GT, x_abs, y_abs), ctx.emit(Op.NE, x_sign, y_sign))
+    stepped = ctx.emit(Op.SELECT_N, smaller, ctx.emit(Op.ADD, xi, c(1, bits)), ctx.emit(Op.SUB, xi, c(1, bits)))
+    from_zero = ctx.emit(Op.OR, y_sign, c(1, bits))
+    result = ctx.emit(Op.SELECT_N, ctx.emit(Op.EQ, x_abs, c(0, bits)), stepped, from_zero)
+    result = ctx.emit(Op.BITCAST_CONVERT, result, dtype=dtype)
+    result = ctx.emit(Op.SELECT_N, ctx.emit(Op.EQ, x, y), result, y)
+    nan = ctx.emit(Op.OR, ctx.emit(Op.NE, x, x), ctx.emit(Op.NE, y, y))
+    return ctx.emit(Op.SELECT_N, nan, result, c(float("nan"), dtype))
+
+
+# Lanczos' approximation of the gamma function with g = 7 and 9 terms (as in Numerical Recipes
+# and XLA): gamma(z + 1) = sqrt(2 pi) t^(z + 1/2) e^-t A(z), t = z + g + 1/2,
+# A(z) = c0 + sum_k c_k / (z + k).
+_LANCZOS_G = 7.0
+_LANCZOS_BASE = 0.99999999999980993227684700473478
+_LANCZOS = (676.520368121885098567009190444019, -1259.13921672240287047156078755283,
+            771.3234287776530788486528258894, -176.61502916214059906584551354,
+            12.507343278686904814458936853, -0.13857109526572011689554707,
+            9.984369578019570859563e-6, 1.50563273514931155834e-7)
+
+
+class _Math:
+    """Elementwise arithmetic on one dims and dtype, spelled short for the expansions below."""
+
+    def __init__(self, ctx, dims, dtype):
+        self.ctx, self.dims, self.dtype = ctx, dims, dtype
+
+    def c(self, value):
+        return self.ctx.broadcast_to(self.ctx.constant(value, self.dtype), self.dims)
+
+    def __getattr__(self, name):  # add, sub, mul, div, log, log1p, sin, cos, floor, abs, neg, lt, ...
+        op = Op(name)
+        return lambda *xs: self.ctx.emit(op, *xs)
+
+    def where(self, p, yes, no):
+        return self.ctx.emit(Op.SELECT_N, p, no, yes)
+
+
+def _work(ctx, x):
+    """x in the dtype XLA computes these in: f16 and bf16 in f32."""
+    dtype = DType.F64 if ctx.out.dtype is DType.F64 else DType.F32
+    x = ctx.convert(x, dtype)
+    return x, _Math(ctx, x.array_shape.dims, dtype)
+
+
+def _lanczos(m: _Math, z, derivative: bool = False):
+    """(A(z), A'(z)): A'(z) = -sum c_k / (z + k)^2, with `derivative` (else zero)."""
+    total, slope = m.c(_LANCZOS_BASE), m.c(0.0)
+    for k, coefficient in enumerate(_LANCZOS, start=1):
+        shifted = m.add(z, m.c(float(k)))
+        total = m.add(total, m.div(m.c(coefficient), shifted))
+        if derivative:
+            slope = m.sub(slope, m.div(m.c(coefficient), m.mul(shifted, shifted)))
+    return total, slope
+
+
+@rule("lgamma")
+def _lgamma(ctx, params, operands):
+    """log|gamma(x)| by Lanczos' approximation, through Euler's reflection below 1/2:
+    log|gamma(x)| = log(pi) - log|sin(pi x)| - log|gamma(1 - x)|, the sine of the fraction of
+    |x| folded into [0, 1/2] so that near-integers keep their precision. +inf at the poles
+    (0 and the negative integers) and at +-inf, as XLA."""
+    x, m = _work(ctx, operands[0])
+    reflect = m.lt(x, m.c(0.5))
+    z = m.where(reflect, m.neg(x), m.sub(x, m.c(1.0)))
+    a, _ = _lanczos(m, z)
+    t = m.add(z, m.c(_LANCZOS_G + 0.5))
+    log_t = m.add(m.c(math.log(_LANCZOS_G + 0.5)), m.log1p(m.div(z, m.c(_LANCZOS_G + 0.5))))
+    log_y = m.add(m.add(m.c(0.5 * math.log(2 * math.pi)),
+                        m.mul(m.sub(m.add(z, m.c(0.5)), m.div(t, log_t)), log_t)), m.log(a))
+    magnitude = m.abs(x)
+    fraction = m.sub(magnitude, m.floor(magnitude))
+    folded = m.where(m.gt(fraction, m.c(0.5)), m.sub(m.c(1.0), fraction), fraction)
+    log_sin = m.log(m.sin(m.mul(m.c(math.pi), folded)))
+    reflected = m.where(m.is_finite(log_sin), m.sub(m.sub(m.c(math.log(math.pi)), log_sin), log_y), m.neg(log_sin))
+    result = m.where(reflect, reflected, log_y)
+    result = m.where(m.eq(magnitude, m.c(math.inf)), m.c(math.inf), result)
+    return ctx.convert(result, ctx.out.dtype)
+
+
+@rule("digamma")
+def _digamma(ctx, params, operands):
+    """gamma'(x)/gamma(x) from the same approximation: log t + A'(z)/A(z) - g/t, through
+    digamma(x) = digamma(1 - x) - pi cot(pi x) below 1/2 (x first shifted into [-1/2, 1/2] by
+    a whole number, for the cotangent's precision). NaN at the poles (0 and the negative
+    integers), as XLA."""
+    x, m = _work(ctx, operands[0])
+    reflect = m.lt(x, m.c(0.5))
+    z = m.where(reflect, m.neg(x), m.sub(x, m.c(1.0)))
+    a, slope = _lanczos(m, z, derivative=True)
+    t = m.add(z, m.c(_LANCZOS_G + 0.5))
+    log_t = m.add(m.c(math.log(_LANCZOS_G + 0.5)), m.log1p(m.div(z, m.c(_LANCZOS_G + 0.5))))
+    y = m.sub(m.add(log_t, m.div(slope, a)), m.div(m.c(_LANCZOS_G), t))
+    reduced = m.add(x, m.abs(m.floor(m.add(x, m.c(0.5)))))
+    angle = m.mul(m.c(math.pi), reduced)
+    reflected = m.sub(y, m.div(m.mul(m.c(math.pi), m.cos(angle)), m.sin(angle)))
+    result = m.where(reflect, reflected, y)
+    pole = ctx.emit(Op.AND, m.le(x, m.c(0.0)), m.eq(x, m.floor(x)))
+    result = m.where(pole, m.c(math.nan), result)
+    return ctx.convert(result, ctx.out.dtype)
