@@ -14,6 +14,30 @@ from .rules import rule
 from .translate import FrontendError
 
 
+class _Math:
+    """Elementwise arithmetic on one dims and dtype, spelled short for the expansions below."""
+
+    def __init__(self, ctx, dims, dtype):
+        self.ctx, self.dims, self.dtype = ctx, dims, dtype
+
+    def c(self, value):
+        return self.ctx.broadcast_to(self.ctx.constant(value, self.dtype), self.dims)
+
+    def __getattr__(self, name):  # add, sub, mul, div, log, log1p, sin, cos, floor, abs, neg, lt, ...
+        op = Op(name)
+        return lambda *xs: self.ctx.emit(op, *xs)
+
+    def where(self, p, yes, no):
+        return self.ctx.emit(Op.SELECT_N, p, no, yes)
+
+
+def _work(ctx, x):
+    """x in the dtype XLA computes these in: f16 and bf16 in f32."""
+    dtype = DType.F64 if ctx.out.dtype is DType.F64 else DType.F32
+    x = ctx.convert(x, dtype)
+    return x, _Math(ctx, x.array_shape.dims, dtype)
+
+
 # Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single precision: the
 # polynomial XLA evaluates for erf_inv, in w - 2.5 where w = -log1p(-x*x) < 5, else in sqrt(w) - 3.
 _ERF_INV_SMALL_W = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
@@ -27,63 +51,51 @@ def _erf_inv(ctx, params, operands):
     """erf_inv as XLA expands it (f16 and bf16 through f32): Giles' polynomial times x, and
     +-inf at +-1 (NaN past them, from the log of a negative number). float64 takes that value
     as a first guess and refines it with Newton steps (`_erf_inv_f64`)."""
-    (x,) = operands
-    out = ctx.out.dtype
-    work = DType.F64 if out is DType.F64 else DType.F32
-    x = ctx.convert(x, work)
-    dims = x.array_shape.dims
-
-    def c(value, dtype=work):
-        return ctx.broadcast_to(ctx.constant(value, dtype), dims)
-
-    def giles(v):  # in f32
-        c32 = lambda value: c(value, DType.F32)  # noqa: E731
-        w = ctx.emit(Op.NEG, ctx.emit(Op.LOG1P, ctx.emit(Op.NEG, ctx.emit(Op.MUL, v, v))))
-        small = ctx.emit(Op.LT, w, c32(5.0))
-        w = ctx.emit(Op.SELECT_N, small, ctx.emit(Op.SUB, ctx.emit(Op.SQRT, w), c32(3.0)), ctx.emit(Op.SUB, w, c32(2.5)))
-        p = None
-        for lo, hi in zip(_ERF_INV_SMALL_W, _ERF_INV_LARGE_W):
-            k = ctx.emit(Op.SELECT_N, small, c32(hi), c32(lo))
-            p = k if p is None else ctx.emit(Op.ADD, k, ctx.emit(Op.MUL, p, w))
-        return ctx.emit(Op.MUL, p, v)
-
-    if work is DType.F32:
-        result = giles(x)
+    x, m = _work(ctx, operands[0])
+    if m.dtype is DType.F32:
+        result = _giles(m, x)
     else:
-        result = _erf_inv_f64(ctx, x, giles, c)
-        outside = ctx.emit(Op.GT, ctx.emit(Op.ABS, x), c(1.0))  # NaN, as the f32 log gives
-        result = ctx.emit(Op.SELECT_N, outside, result, c(float("nan")))
-    edge = ctx.emit(Op.EQ, ctx.emit(Op.ABS, x), c(1.0))
-    result = ctx.emit(Op.SELECT_N, edge, result, ctx.emit(Op.MUL, x, c(float("inf"))))
-    return ctx.convert(result, out)
+        result = _erf_inv_f64(m, x)
+        result = m.where(m.gt(m.abs(x), m.c(1.0)), m.c(math.nan), result)  # NaN, as the f32 log gives
+    result = m.where(m.eq(m.abs(x), m.c(1.0)), m.mul(x, m.c(math.inf)), result)
+    return ctx.convert(result, ctx.out.dtype)
 
 
-def _erf_inv_f64(ctx, x, giles, c):
+def _giles(m: _Math, x):
+    """Giles' single-precision polynomial for erf_inv(x), in f32 (`m`'s dtype)."""
+    w = m.neg(m.log1p(m.neg(m.mul(x, x))))
+    small = m.lt(w, m.c(5.0))
+    w = m.where(small, m.sub(w, m.c(2.5)), m.sub(m.sqrt(w), m.c(3.0)))
+    p = None
+    for lo, hi in zip(_ERF_INV_SMALL_W, _ERF_INV_LARGE_W):
+        k = m.where(small, m.c(lo), m.c(hi))
+        p = k if p is None else m.add(k, m.mul(p, w))
+    return m.mul(p, x)
+
+
+def _erf_inv_f64(m: _Math, x):
     """erf_inv in float64, where the tail matters: for |x| <= 0.9, Newton on erf(r) = x from the
     f32 polynomial; past it, Newton on log(erfc(r)) = log(1 - |x|) (1 - |x| is exact there),
     which is nearly quadratic in r, from the asymptotic r^2 = -log(t) - log(r sqrt(pi)). The
     result is as good as erf's and erfc's own, times erf_inv's condition number."""
-    near = ctx.emit(Op.CLAMP, c(-0.95), x, c(0.95))  # the central guess stays finite
-    central = ctx.convert(giles(ctx.convert(near, DType.F32)), DType.F64)
+    ctx, half_root_pi = m.ctx, m.c(0.886226925452758)  # sqrt(pi) / 2
+    near = m.clamp(m.c(-0.95), x, m.c(0.95))  # the central guess stays finite
+    guess = _giles(_Math(ctx, m.dims, DType.F32), ctx.convert(near, DType.F32))
+    central = ctx.convert(guess, DType.F64)
     for _ in range(3):  # r -= (erf(r) - x) * sqrt(pi)/2 * exp(r^2)
-        error = ctx.emit(Op.SUB, ctx.emit(Op.ERF, central), x)
-        slope = ctx.emit(Op.MUL, c(0.886226925452758), ctx.emit(Op.EXP, ctx.emit(Op.MUL, central, central)))
-        central = ctx.emit(Op.SUB, central, ctx.emit(Op.MUL, error, slope))
-    magnitude = ctx.emit(Op.ABS, x)
-    t = ctx.emit(Op.SUB, c(1.0), ctx.emit(Op.CLAMP, c(0.5), magnitude, c(1.0 - 2.0**-53)))
-    log_t = ctx.emit(Op.LOG, t)
-    tail = ctx.emit(Op.SQRT, ctx.emit(Op.NEG, log_t))
-    root_pi = c(1.7724538509055159)
-    tail = ctx.emit(Op.SQRT, ctx.emit(Op.SUB, ctx.emit(Op.NEG, log_t),
-                                      ctx.emit(Op.LOG, ctx.emit(Op.MUL, tail, root_pi))))
+        error = m.sub(m.erf(central), x)
+        central = m.sub(central, m.mul(error, m.mul(half_root_pi, m.exp(m.mul(central, central)))))
+    magnitude = m.abs(x)
+    t = m.sub(m.c(1.0), m.clamp(m.c(0.5), magnitude, m.c(1.0 - 2.0**-53)))
+    log_t = m.log(t)
+    tail = m.sqrt(m.neg(log_t))
+    tail = m.sqrt(m.sub(m.neg(log_t), m.log(m.mul(tail, m.c(math.sqrt(math.pi))))))
     for _ in range(4):  # r += (log(erfc(r)) - log(t)) * erfc(r) * sqrt(pi)/2 * exp(r^2)
-        erfc = ctx.emit(Op.ERFC, tail)
-        error = ctx.emit(Op.SUB, ctx.emit(Op.LOG, erfc), log_t)
-        slope = ctx.emit(Op.MUL, ctx.emit(Op.MUL, erfc, c(0.886226925452758)),
-                         ctx.emit(Op.EXP, ctx.emit(Op.MUL, tail, tail)))
-        tail = ctx.emit(Op.ADD, tail, ctx.emit(Op.MUL, error, slope))
-    signed_tail = ctx.emit(Op.SELECT_N, ctx.emit(Op.LT, x, c(0.0)), tail, ctx.emit(Op.NEG, tail))
-    return ctx.emit(Op.SELECT_N, ctx.emit(Op.GT, magnitude, c(0.9)), central, signed_tail)
+        erfc = m.erfc(tail)
+        error = m.sub(m.log(erfc), log_t)
+        tail = m.add(tail, m.mul(error, m.mul(m.mul(erfc, half_root_pi), m.exp(m.mul(tail, tail)))))
+    signed_tail = m.where(m.lt(x, m.c(0.0)), m.neg(tail), tail)
+    return m.where(m.gt(magnitude, m.c(0.9)), signed_tail, central)
 
 
 @rule("nextafter")
@@ -125,30 +137,6 @@ _LANCZOS = (676.520368121885098567009190444019, -1259.13921672240287047156078755
             771.3234287776530788486528258894, -176.61502916214059906584551354,
             12.507343278686904814458936853, -0.13857109526572011689554707,
             9.984369578019570859563e-6, 1.50563273514931155834e-7)
-
-
-class _Math:
-    """Elementwise arithmetic on one dims and dtype, spelled short for the expansions below."""
-
-    def __init__(self, ctx, dims, dtype):
-        self.ctx, self.dims, self.dtype = ctx, dims, dtype
-
-    def c(self, value):
-        return self.ctx.broadcast_to(self.ctx.constant(value, self.dtype), self.dims)
-
-    def __getattr__(self, name):  # add, sub, mul, div, log, log1p, sin, cos, floor, abs, neg, lt, ...
-        op = Op(name)
-        return lambda *xs: self.ctx.emit(op, *xs)
-
-    def where(self, p, yes, no):
-        return self.ctx.emit(Op.SELECT_N, p, no, yes)
-
-
-def _work(ctx, x):
-    """x in the dtype XLA computes these in: f16 and bf16 in f32."""
-    dtype = DType.F64 if ctx.out.dtype is DType.F64 else DType.F32
-    x = ctx.convert(x, dtype)
-    return x, _Math(ctx, x.array_shape.dims, dtype)
 
 
 def _lanczos(m: _Math, z, derivative: bool = False):
