@@ -21,7 +21,7 @@ import jax
 from xfuse.hlo import DType, Op
 
 from .rules import RULES, rule
-from .translate import KEY_PRIMITIVES, FrontendError, key_impl
+from .translate import KEY_PRIMITIVES, Elementwise, FrontendError, key_impl
 
 
 def _vmapped(fn, times: int):
@@ -55,11 +55,7 @@ def _keys(ctx):
     return impl, len(aval.shape)
 
 
-def _same(ctx, params, operands):
-    return operands[0]
-
-
-RULES["random_wrap"] = RULES["random_unwrap"] = RULES["random_clone"] = _same
+RULES["random_wrap"] = RULES["random_unwrap"] = RULES["random_clone"] = RULES["copy"]  # the same data
 
 
 @rule("random_bits")
@@ -123,25 +119,19 @@ def _threefry2x32(ctx, params, operands):
     """The hash of counters (x1, x2) under key (k1, k2), written out round by round in uint32."""
     dims = ctx.out.dims
     k1, k2, x1, x2 = (ctx.broadcast_to(x, dims) for x in operands)
-    u32 = DType.U32
-
-    def c(value):
-        return ctx.broadcast_to(ctx.constant(value, u32), dims)
-
-    def add(a, b):
-        return ctx.emit(Op.ADD, a, b)
+    e = Elementwise(ctx, dims, DType.U32)
 
     def rotate_left(v, r):
-        return ctx.emit(Op.OR, ctx.emit(Op.SHIFT_LEFT, v, c(r)), ctx.emit(Op.SHIFT_RIGHT_LOGICAL, v, c(32 - r)))
+        return e.or_(e.shift_left(v, e.c(r)), e.shift_right_logical(v, e.c(32 - r)))
 
-    keys = [k1, k2, ctx.emit(Op.XOR, ctx.emit(Op.XOR, k1, k2), c(_PARITY))]
-    x = [add(x1, keys[0]), add(x2, keys[1])]
+    keys = [k1, k2, e.xor(e.xor(k1, k2), e.c(_PARITY))]
+    x = [e.add(x1, keys[0]), e.add(x2, keys[1])]
     for block in range(5):
         for r in _ROTATIONS[block % 2]:
-            x[0] = add(x[0], x[1])
-            x[1] = ctx.emit(Op.XOR, rotate_left(x[1], r), x[0])
-        x[0] = add(x[0], keys[(block + 1) % 3])
-        x[1] = add(add(x[1], keys[(block + 2) % 3]), c(block + 1))
+            x[0] = e.add(x[0], x[1])
+            x[1] = e.xor(rotate_left(x[1], r), x[0])
+        x[0] = e.add(x[0], keys[(block + 1) % 3])
+        x[1] = e.add(e.add(x[1], keys[(block + 2) % 3]), e.c(block + 1))
     return x
 
 
@@ -153,18 +143,14 @@ def _iota_2x32_shape(ctx, params, operands):
     if math.prod(dims) >= 1 << 32:
         raise FrontendError(f"'{ctx.primitive}' at {ctx.loc}: xfuse draws fewer than 2**32 random numbers at once, "
                             f"not {dims}")
-    u32 = DType.U32
-    shape = ctx.out
-    index = None
-    stride = 1
+    e = Elementwise(ctx, dims, DType.U32)
+    index, stride = None, 1
     for axis in reversed(range(len(dims))):
-        term = ctx.emit(Op.IOTA, shape=shape, dimension=axis)
-        if stride != 1:
-            term = ctx.emit(Op.MUL, term, ctx.broadcast_to(ctx.constant(stride, u32), dims))
-        index = term if index is None else ctx.emit(Op.ADD, index, term)
+        term = ctx.emit(Op.IOTA, shape=ctx.out, dimension=axis)
+        term = term if stride == 1 else e.mul(term, e.c(stride))
+        index = term if index is None else e.add(index, term)
         stride *= dims[axis]
-    high = ctx.broadcast_to(ctx.constant(0, u32), dims)
-    return [high, index]
+    return [e.c(0), index]
 
 
 # ---------------------------------------------------------------------------- key arrays
@@ -229,26 +215,21 @@ def _select_keys(plain, ctx, params, operands):
     return plain(ctx, params, [which, *cases])
 
 
-def _as_is(plain, ctx, params, operands):
-    return plain(ctx, params, operands)
-
-
 _KEY_MOVES = {
     "slice": _slice_keys, "broadcast_in_dim": _broadcast_keys, "transpose": _transpose_keys,
-    "reshape": _reshape_keys, "squeeze": _as_is, "expand_dims": _as_is, "concatenate": _as_is,
-    "dynamic_slice": _indexed_keys(1), "dynamic_update_slice": _indexed_keys(2), "select_n": _select_keys,
-    "copy": _as_is, "copy_p": _as_is, "optimization_barrier": _as_is, "device_put": _as_is,
-    "sharding_constraint": _as_is, "pvary": _as_is,
+    "reshape": _reshape_keys, "dynamic_slice": _indexed_keys(1), "dynamic_update_slice": _indexed_keys(2),
+    "select_n": _select_keys,
 }  # fmt: skip
+# Rules that take key data as they are: they read their output's dims, not their parameters'.
+_KEY_AS_IS = ("squeeze", "expand_dims", "concatenate", "copy", "copy_p", "optimization_barrier", "device_put",
+              "sharding_constraint", "pvary")
 
 
 def _keyed(name: str, physical) -> None:
     plain = RULES[name]
 
     def translate(ctx, params, operands):
-        if not any(key_impl(a) is not None for a in ctx.in_avals):
-            return plain(ctx, params, operands)
-        return physical(plain, ctx, params, operands)
+        return physical(plain, ctx, params, operands) if ctx.keyed else plain(ctx, params, operands)
 
     RULES[name] = translate
 
@@ -259,7 +240,7 @@ for _name, _physical in _KEY_MOVES.items():
 # Primitives whose rules take key arrays (as key data); the frontend refuses any other
 # primitive given one, naming it, rather than let its rule misread the trailing dims.
 KEY_PRIMITIVES.update({
-    *_KEY_MOVES, "random_wrap", "random_unwrap", "random_clone", "random_bits", "random_split", "random_fold_in",
+    *_KEY_MOVES, *_KEY_AS_IS, "random_wrap", "random_unwrap", "random_clone", "random_bits", "random_split", "random_fold_in",
     "random_gamma",
     "jit", "pjit", "closed_call", "core_call", "remat", "checkpoint", "remat2", "custom_jvp_call",
     "custom_vjp_call", "custom_vjp_call_jaxpr", "while", "cond", "scan",

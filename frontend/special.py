@@ -11,31 +11,14 @@ import math
 from xfuse.hlo import DType, Op
 
 from .rules import rule
-from .translate import FrontendError
-
-
-class _Math:
-    """Elementwise arithmetic on one dims and dtype, spelled short for the expansions below."""
-
-    def __init__(self, ctx, dims, dtype):
-        self.ctx, self.dims, self.dtype = ctx, dims, dtype
-
-    def c(self, value):
-        return self.ctx.broadcast_to(self.ctx.constant(value, self.dtype), self.dims)
-
-    def __getattr__(self, name):  # add, sub, mul, div, log, log1p, sin, cos, floor, abs, neg, lt, ...
-        op = Op(name)
-        return lambda *xs: self.ctx.emit(op, *xs)
-
-    def where(self, p, yes, no):
-        return self.ctx.emit(Op.SELECT_N, p, no, yes)
+from .translate import Elementwise, FrontendError
 
 
 def _work(ctx, x):
     """x in the dtype XLA computes these in: f16 and bf16 in f32."""
     dtype = DType.F64 if ctx.out.dtype is DType.F64 else DType.F32
     x = ctx.convert(x, dtype)
-    return x, _Math(ctx, x.array_shape.dims, dtype)
+    return x, Elementwise(ctx, x.array_shape.dims, dtype)
 
 
 # Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single precision: the
@@ -61,7 +44,7 @@ def _erf_inv(ctx, params, operands):
     return ctx.convert(result, ctx.out.dtype)
 
 
-def _giles(m: _Math, x):
+def _giles(m: Elementwise, x):
     """Giles' single-precision polynomial for erf_inv(x), in f32 (`m`'s dtype)."""
     w = m.neg(m.log1p(m.neg(m.mul(x, x))))
     small = m.lt(w, m.c(5.0))
@@ -73,14 +56,14 @@ def _giles(m: _Math, x):
     return m.mul(p, x)
 
 
-def _erf_inv_f64(m: _Math, x):
+def _erf_inv_f64(m: Elementwise, x):
     """erf_inv in float64, where the tail matters: for |x| <= 0.9, Newton on erf(r) = x from the
     f32 polynomial; past it, Newton on log(erfc(r)) = log(1 - |x|) (1 - |x| is exact there),
     which is nearly quadratic in r, from the asymptotic r^2 = -log(t) - log(r sqrt(pi)). The
     result is as good as erf's and erfc's own, times erf_inv's condition number."""
     ctx, half_root_pi = m.ctx, m.c(0.886226925452758)  # sqrt(pi) / 2
     near = m.clamp(m.c(-0.95), x, m.c(0.95))  # the central guess stays finite
-    guess = _giles(_Math(ctx, m.dims, DType.F32), ctx.convert(near, DType.F32))
+    guess = _giles(Elementwise(ctx, m.dims, DType.F32), ctx.convert(near, DType.F32))
     central = ctx.convert(guess, DType.F64)
     for _ in range(3):  # r -= (erf(r) - x) * sqrt(pi)/2 * exp(r^2)
         error = m.sub(m.erf(central), x)
@@ -103,29 +86,21 @@ def _nextafter(ctx, params, operands):
     """The float next to x toward y, on the bits as XLA expands it: y where x == y, NaN where
     either is NaN, the smallest subnormal of y's sign where x is zero, else x's bits one step
     (as an integer of its width) away from or toward zero."""
-    dims = ctx.out.dims
-    x, y = (ctx.broadcast_to(v, dims) for v in operands)
-    dtype = ctx.out.dtype
+    dims, dtype = ctx.out.dims, ctx.out.dtype
     if dtype not in (DType.F32, DType.F64):
         raise FrontendError(f"nextafter on {dtype} at {ctx.loc}: xfuse takes float32 and float64")
+    x, y = (ctx.broadcast_to(v, dims) for v in operands)
     bits = DType.U32 if dtype is DType.F32 else DType.U64
-
-    def c(value, t):
-        return ctx.broadcast_to(ctx.constant(value, t), dims)
-
+    e = Elementwise(ctx, dims, bits)
     xi, yi = ctx.emit(Op.BITCAST_CONVERT, x, dtype=bits), ctx.emit(Op.BITCAST_CONVERT, y, dtype=bits)
-    sign = c(1 << (bits.bits - 1), bits)
-    magnitude = c((1 << (bits.bits - 1)) - 1, bits)
-    x_abs, y_abs = ctx.emit(Op.AND, xi, magnitude), ctx.emit(Op.AND, yi, magnitude)
-    x_sign, y_sign = ctx.emit(Op.AND, xi, sign), ctx.emit(Op.AND, yi, sign)
-    smaller = ctx.emit(Op.OR, ctx.emit(Op.GT, x_abs, y_abs), ctx.emit(Op.NE, x_sign, y_sign))
-    stepped = ctx.emit(Op.SELECT_N, smaller, ctx.emit(Op.ADD, xi, c(1, bits)), ctx.emit(Op.SUB, xi, c(1, bits)))
-    from_zero = ctx.emit(Op.OR, y_sign, c(1, bits))
-    result = ctx.emit(Op.SELECT_N, ctx.emit(Op.EQ, x_abs, c(0, bits)), stepped, from_zero)
-    result = ctx.emit(Op.BITCAST_CONVERT, result, dtype=dtype)
-    result = ctx.emit(Op.SELECT_N, ctx.emit(Op.EQ, x, y), result, y)
-    nan = ctx.emit(Op.OR, ctx.emit(Op.NE, x, x), ctx.emit(Op.NE, y, y))
-    return ctx.emit(Op.SELECT_N, nan, result, c(float("nan"), dtype))
+    sign, magnitude = e.c(1 << (bits.bits - 1)), e.c((1 << (bits.bits - 1)) - 1)
+    x_abs, y_abs = e.and_(xi, magnitude), e.and_(yi, magnitude)
+    x_sign, y_sign = e.and_(xi, sign), e.and_(yi, sign)
+    smaller = e.or_(e.gt(x_abs, y_abs), e.ne(x_sign, y_sign))
+    stepped = e.where(smaller, e.sub(xi, e.c(1)), e.add(xi, e.c(1)))
+    result = e.where(e.eq(x_abs, e.c(0)), e.or_(y_sign, e.c(1)), stepped)
+    result = e.where(e.eq(x, y), y, ctx.emit(Op.BITCAST_CONVERT, result, dtype=dtype))
+    return e.where(e.or_(e.ne(x, x), e.ne(y, y)), e.c(math.nan, dtype), result)
 
 
 # Lanczos' approximation of the gamma function with g = 7 and 9 terms (as in Numerical Recipes
@@ -139,15 +114,21 @@ _LANCZOS = (676.520368121885098567009190444019, -1259.13921672240287047156078755
             9.984369578019570859563e-6, 1.50563273514931155834e-7)
 
 
-def _lanczos(m: _Math, z, derivative: bool = False):
-    """(A(z), A'(z)): A'(z) = -sum c_k / (z + k)^2, with `derivative` (else zero)."""
+def _lanczos(m: Elementwise, x, derivative: bool = False):
+    """What lgamma and digamma share: (reflect, z, A(z), A'(z), t, log t), where reflect is
+    x < 1/2, z is -x there and x - 1 elsewhere, A'(z) = -sum c_k / (z + k)^2 with `derivative`
+    (else zero), and log t = log(g + 1/2) + log1p(z / (g + 1/2)) (log1p keeps small z's digits)."""
+    reflect = m.lt(x, m.c(0.5))
+    z = m.where(reflect, m.neg(x), m.sub(x, m.c(1.0)))
     total, slope = m.c(_LANCZOS_BASE), m.c(0.0)
     for k, coefficient in enumerate(_LANCZOS, start=1):
         shifted = m.add(z, m.c(float(k)))
         total = m.add(total, m.div(m.c(coefficient), shifted))
         if derivative:
             slope = m.sub(slope, m.div(m.c(coefficient), m.mul(shifted, shifted)))
-    return total, slope
+    t = m.add(z, m.c(_LANCZOS_G + 0.5))
+    log_t = m.add(m.c(math.log(_LANCZOS_G + 0.5)), m.log1p(m.div(z, m.c(_LANCZOS_G + 0.5))))
+    return reflect, z, total, slope, t, log_t
 
 
 @rule("lgamma")
@@ -157,11 +138,7 @@ def _lgamma(ctx, params, operands):
     |x| folded into [0, 1/2] so that near-integers keep their precision. +inf at the poles
     (0 and the negative integers) and at +-inf, as XLA."""
     x, m = _work(ctx, operands[0])
-    reflect = m.lt(x, m.c(0.5))
-    z = m.where(reflect, m.neg(x), m.sub(x, m.c(1.0)))
-    a, _ = _lanczos(m, z)
-    t = m.add(z, m.c(_LANCZOS_G + 0.5))
-    log_t = m.add(m.c(math.log(_LANCZOS_G + 0.5)), m.log1p(m.div(z, m.c(_LANCZOS_G + 0.5))))
+    reflect, z, a, _, t, log_t = _lanczos(m, x)
     log_y = m.add(m.add(m.c(0.5 * math.log(2 * math.pi)),
                         m.mul(m.sub(m.add(z, m.c(0.5)), m.div(t, log_t)), log_t)), m.log(a))
     magnitude = m.abs(x)
@@ -181,16 +158,12 @@ def _digamma(ctx, params, operands):
     a whole number, for the cotangent's precision). NaN at the poles (0 and the negative
     integers), as XLA."""
     x, m = _work(ctx, operands[0])
-    reflect = m.lt(x, m.c(0.5))
-    z = m.where(reflect, m.neg(x), m.sub(x, m.c(1.0)))
-    a, slope = _lanczos(m, z, derivative=True)
-    t = m.add(z, m.c(_LANCZOS_G + 0.5))
-    log_t = m.add(m.c(math.log(_LANCZOS_G + 0.5)), m.log1p(m.div(z, m.c(_LANCZOS_G + 0.5))))
+    reflect, _, a, slope, t, log_t = _lanczos(m, x, derivative=True)
     y = m.sub(m.add(log_t, m.div(slope, a)), m.div(m.c(_LANCZOS_G), t))
     reduced = m.add(x, m.abs(m.floor(m.add(x, m.c(0.5)))))
     angle = m.mul(m.c(math.pi), reduced)
     reflected = m.sub(y, m.div(m.mul(m.c(math.pi), m.cos(angle)), m.sin(angle)))
     result = m.where(reflect, reflected, y)
-    pole = ctx.emit(Op.AND, m.le(x, m.c(0.0)), m.eq(x, m.floor(x)))
+    pole = m.and_(m.le(x, m.c(0.0)), m.eq(x, m.floor(x)))
     result = m.where(pole, m.c(math.nan), result)
     return ctx.convert(result, ctx.out.dtype)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import jax
+import numpy as np
 from jax._src import source_info_util
 from jax.extend import core as jcore
 
@@ -91,6 +91,27 @@ def loc_of(eqn) -> Loc | None:
 Rule = Callable[["Context", dict, list[Instruction]], "Instruction | Sequence[Instruction]"]
 
 
+class Elementwise:
+    """Elementwise ops over one dims and dtype, spelled short for the rules that expand a
+    function into many of them (`frontend.special`, threefry in `frontend.random`): `e.add(a, b)`
+    emits add, `e.c(2.0)` a constant of the dtype (or another) broadcast to the dims,
+    `e.where(p, yes, no)` a select; an op named like a Python keyword takes a trailing _
+    (`e.and_`)."""
+
+    def __init__(self, ctx: "Context", dims: tuple[int, ...], dtype: DType) -> None:
+        self.ctx, self.dims, self.dtype = ctx, dims, dtype
+
+    def c(self, value: object, dtype: DType | None = None) -> Instruction:
+        return self.ctx.broadcast_to(self.ctx.constant(value, dtype or self.dtype), self.dims)
+
+    def where(self, p: Instruction, yes: Instruction, no: Instruction) -> Instruction:
+        return self.ctx.emit(Op.SELECT_N, p, no, yes)
+
+    def __getattr__(self, name: str) -> Callable[..., Instruction]:
+        op = Op(name.rstrip("_"))
+        return lambda *xs: self.ctx.emit(op, *xs)
+
+
 class Context:
     """What a rule sees: the builder, the equation's location and output types, and helpers."""
 
@@ -100,6 +121,7 @@ class Context:
         self.loc: Loc | None = None
         self.out_shapes: list[Shape] = []
         self.in_avals: list = []  # the equation's operands' abstract values (key arrays' impls)
+        self.keyed = False  # whether any of them is a PRNG key array
         self.primitive = ""
         self.called: list[Computation] = []  # loop bodies, branches: shared with nested contexts
 
@@ -174,7 +196,8 @@ class Context:
         out_shapes = [shape_of_aval(v.aval, where) for v in eqn.outvars]
         self.out_shapes = out_shapes
         self.in_avals = [v.aval for v in eqn.invars]
-        if name not in KEY_PRIMITIVES and any(key_impl(a) is not None for a in self.in_avals):
+        self.keyed = any(key_impl(a) is not None for a in self.in_avals)
+        if self.keyed and name not in KEY_PRIMITIVES:
             raise FrontendError(f"xfuse does not support '{name}' on PRNG key arrays (at {self.loc})")
         loc = self.loc
         operands = [self.value_of(env, v) for v in eqn.invars]
