@@ -64,17 +64,6 @@ def is_finite(x):
 
 # ---------------------------------------------------------------------------- bit casts
 @intrinsic
-def f32_bits(typingctx, x):
-    """The bits of a float32 as a uint32 (a register move, no memory)."""
-    sig = types.uint32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return sig, codegen
-
-
-@intrinsic
 def float_bits(typingctx, x):
     """The bits of a float32 or float64 as an unsigned integer of the same width."""
     width = x.bitwidth
@@ -82,16 +71,6 @@ def float_bits(typingctx, x):
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(width))
-
-    return sig, codegen
-
-
-@intrinsic
-def bits_f32(typingctx, x):
-    sig = types.float32(types.uint32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
 
     return sig, codegen
 
@@ -113,9 +92,10 @@ def _bitcast_to(target):
 
 
 # bitcast_u32(x), bitcast_f64(x), ...: lax.bitcast_convert_type between dtypes of one width
-for _name in ("s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64", "f32", "f64"):
-    _kind = {"s": "int", "u": "uint", "f": "float"}[_name[0]]
-    globals()[f"bitcast_{_name}"] = _bitcast_to(getattr(types, f"{_kind}{_name[1:]}"))
+_BITCASTS = {name: _bitcast_to(getattr(types, {"s": "int", "u": "uint", "f": "float"}[name[0]] + name[1:]))
+             for name in ("s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64", "f32", "f64")}
+globals().update({f"bitcast_{name}": fn for name, fn in _BITCASTS.items()})
+f32_bits, bits_f32 = _BITCASTS["u32"], _BITCASTS["f32"]  # a float32's bits as a uint32, and back
 
 
 # f16 and bf16 values are held in float32 inside kernels; these give and take their bits.
