@@ -16,6 +16,8 @@ from .rules import RULES, supported_primitives
 from . import indexing  # noqa: F401,E402  (registers the data-op rules into RULES)
 from . import random  # noqa: F401,E402  (registers the jax.random rules into RULES)
 from . import special  # noqa: F401,E402  (registers erf_inv, lgamma, digamma, nextafter)
+from . import elementary  # noqa: F401,E402  (registers asin, sinh, ..., population_count, clz)
+from . import windows  # noqa: F401,E402  (registers reduce_window and conv_general_dilated)
 from .translate import FrontendError, UnsupportedPrimitiveError, jaxpr_to_module
 
 

@@ -310,10 +310,14 @@ RULES["argmin"] = _arg_reduction(Op.ARGMIN)
 
 @rule("dot_general")
 def _dot_general(ctx, params, operands):
-    """A pred dot (an OR of ANDs) is counted in s32 and compared with zero."""
-    lhs, rhs = operands
     (lc, rc), (lb, rb) = params["dimension_numbers"]
-    out = ctx.out.dtype
+    return dot(ctx, *operands, (lc, rc), (lb, rb), ctx.out.dtype)
+
+
+def dot(ctx: Context, lhs: Instruction, rhs: Instruction, contracting, batch, out: DType) -> Instruction:
+    """A dot_general giving `out` (jax's preferred_element_type): mixed operands are converted
+    to it first; a pred dot (an OR of ANDs) is counted in s32 and compared with zero."""
+    (lc, rc), (lb, rb) = contracting, batch
     accumulate = DType.S32 if out.is_pred else out
     if lhs.array_shape.dtype != rhs.array_shape.dtype:
         lhs, rhs = ctx.convert(lhs, accumulate), ctx.convert(rhs, accumulate)

@@ -153,17 +153,23 @@ class Partitioner:
         A value read through a reduction, or broadcast only along inner dimensions (a row
         value, a scalar), is computed once per element of its own; a value broadcast along
         an outer dimension (a bias row) is recomputed for every element it is broadcast to.
+        Users that read it at the same index share one computation; slices read it at
+        indices of their own, so each slice's reads add up (a stencil's window of shifted
+        slices computes it once per slice: a 40-wide max pool fused into the next one, 40x).
         """
         inst = self.comp[name]
         size = float(max(getattr(inst.shape, "size", 1), 1))
-        best = size
+        best, sliced = size, 0.0
         for u in self.users[name]:
             if u in members and u in self.part.evaluations:
                 user = self.comp[u]
+                if user.op is Op.SLICE:
+                    sliced += self.part.evaluations[u]
+                    continue
                 shrink = user.info.kind is Kind.REDUCTION or _hoistable(self.comp, user)
                 per = size / max(user.shape.size, 1) if shrink else 1.0
                 best = max(best, self.part.evaluations[u] * per)
-        return best
+        return max(best, sliced)
 
     def weigh(self, name: str, members: set[str], stays_output: bool) -> tuple[bool, int, str]:
         """(profitable, bytes saved, reason) for computing `name` inside `members`."""

@@ -330,25 +330,35 @@ class Emitter:
             for (o, _), (s, _) in zip(squeezed_out, squeezed_in):
                 mapped[s] = index[o]
             return self.value(inst.operands[0], tuple(mapped))
+        flat = inst.operands[0] in self.flat_loads  # a parameter, read through its flat buffer
+        lead = trail = 0  # dims both shapes share at either end keep their indices
+        if not flat:
+            while lead < min(source.rank, target.rank) and source.dims[lead] == target.dims[lead]:
+                lead += 1
+            while trail < min(source.rank, target.rank) - lead \
+                    and source.dims[-1 - trail] == target.dims[-1 - trail]:
+                trail += 1
         terms, deps = [], frozenset()
         stride = 1
-        for i in range(target.rank - 1, -1, -1):
+        for i in range(target.rank - 1 - trail, lead - 1, -1):
             if target.dims[i] != 1:
                 terms.append(f"{index[i].text} * {stride}" if stride != 1 else index[i].text)
                 deps |= index[i].deps
             stride *= target.dims[i]
         linear = self.emit(" + ".join(reversed(terms)) or "0", deps, "lin")
-        if inst.operands[0] in self.flat_loads:  # a parameter, read through its flat buffer
+        if flat:
             return self.flat_loads[inst.operands[0]](linear)
+        middle = source.dims[lead : source.rank - trail]
         mapped, stride = [], 1
         strides = []
-        for d in reversed(source.dims):
+        for d in reversed(middle):
             strides.append(stride)
             stride *= d
         strides.reverse()
-        for d, s in zip(source.dims, strides):
+        for d, s in zip(middle, strides):
             mapped.append(Ix(f"(({linear.text} // {s}) % {d})" if d != 1 else "0", deps))
-        return self.value(inst.operands[0], tuple(mapped))
+        tail = index[target.rank - trail :] if trail else ()
+        return self.value(inst.operands[0], index[:lead] + tuple(mapped) + tail)
 
     def op_transpose(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
         perm = inst.attr("permutation")
@@ -410,9 +420,12 @@ class Emitter:
         pad_value = self.value(inst.operands[1], ())
         conditions, mapped = [], []
         deps = frozenset().union(*(i.deps for i in index)) if index else frozenset()
-        for i, d, lo, it in zip(index, x.dims, inst.attr("low"), inst.attr("interior")):
+        for i, d, lo, hi, it in zip(index, x.dims, inst.attr("low"), inst.attr("high"), inst.attr("interior")):
             t = f"({i.text} - {lo})" if lo else i.text
             step = it + 1
+            if step == 1 and lo <= 0 and hi <= 0:  # no padding on this axis: always in range
+                mapped.append(Ix(t, i.deps))
+                continue
             known = self.cut(i, (lo, lo + d)) if step == 1 and x.size else None
             if known is not None and (known[1] <= lo or known[0] >= lo + d):  # all padding
                 return pad_value

@@ -35,7 +35,7 @@ LANES = 8  # accumulators of a vectorised row reduction
 # 1.98 ms in 16x16 tiles (2.47 ms in 8x8, 3.14 ms in 32x32); at 1000x1000 the untiled loop was
 # the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
 TILE = 16
-MAX_PIECES = 8  # of an innermost loop split where a concatenate or pad switches operands
+MAX_PIECES = 32  # of an innermost loop split where a concatenate or pad switches operands
 ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}  # through `rows`
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 

@@ -1,0 +1,254 @@
+"""Rules for the window primitives, written as slices of the padded operand, as a loop nest
+over the window would read it: reduce_window (sum, max, min and a jaxpr's), and
+conv_general_dilated, which becomes its patches (one strided slice per kernel offset, side by
+side) times the kernel in one dot_general, so BLAS runs the product and the padding and slicing
+fuse into the loop that writes the patches. Registered into `rules.RULES`. May import xfuse.hlo.
+
+A window of more positions than xfuse expands (`MAX_OFFSETS`, `MAX_JAXPR_POSITIONS` for a
+reduce_window with a jaxpr) raises FrontendError naming the primitive and its window: each
+position is a slice.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import jax
+import jax.extend.core as jcore
+import numpy as np
+
+from xfuse.hlo import DType, Instruction, Op
+
+from .rules import RULES, dot, rule
+from .translate import Context, FrontendError
+
+MAX_OFFSETS = 1024
+# A fused loop reads its operand once per window position; past this many (a 40x40 max pool
+# fused with itself: 1,600 loads, minutes of LLVM) max and min store each axis's result.
+FUSED_POSITIONS = 64
+MAX_JAXPR_POSITIONS = 256  # a reduce_window's jaxpr is inlined once per position
+# Kernel offsets per product: each offset is a piece of the loop that writes the patches
+# (the numba backend splits a loop at a concatenate's seams, up to 32 pieces); a larger
+# kernel's offsets go to several products, summed.
+TAPS_PER_PRODUCT = 32
+
+
+def _reshape(ctx: Context, x: Instruction, dims: tuple[int, ...]) -> Instruction:
+    if x.array_shape.dims == dims:
+        return x
+    return ctx.emit(Op.RESHAPE, x, shape=x.array_shape.with_dims(dims))
+
+
+def _check_size(ctx: Context, window: tuple[int, ...], what: str, limit: int = MAX_OFFSETS) -> None:
+    if math.prod(window) > limit:
+        raise FrontendError(
+            f"'{ctx.primitive}' at {ctx.loc}: a {what} of {'x'.join(map(str, window))} positions; "
+            f"xfuse expands at most {limit}"
+        )
+
+
+def _pad(ctx: Context, x: Instruction, value: Instruction, padding, dilation) -> Instruction:
+    """`x` padded by (low, high) pairs and dilated (holes of `dilation` - 1) with `value`."""
+    low = tuple(int(lo) for lo, _ in padding)
+    high = tuple(int(hi) for _, hi in padding)
+    interior = tuple(int(d) - 1 for d in dilation)
+    if not any(low) and not any(high) and not any(interior):
+        return x
+    return ctx.emit(Op.PAD, x, value, low=low, high=high, interior=interior)
+
+
+def _offset_slice(ctx, x, offset, strides, dilation, out_dims, axes) -> Instruction:
+    """The elements of padded `x` at window `offset` (one entry per axis in `axes`) of every
+    output position: start offset * dilation, `out_dims` of them `strides` apart."""
+    start, limit, step = [0] * x.array_shape.rank, list(x.array_shape.dims), [1] * x.array_shape.rank
+    for axis, k, s, d, n in zip(axes, offset, strides, dilation, out_dims):
+        start[axis] = k * d
+        limit[axis] = k * d + (n - 1) * s + 1 if n else k * d
+        step[axis] = s
+    return ctx.emit(Op.SLICE, x, start=tuple(start), limit=tuple(limit), strides=tuple(step))
+
+
+# ---------------------------------------------------------------------------- reduce_window
+def _identity(op: Op, dtype: DType) -> object:
+    if op is Op.ADD:
+        return 0
+    if dtype.is_pred:
+        return op is Op.MIN
+    if dtype.is_float:
+        return -math.inf if op is Op.MAX else math.inf
+    info = np.iinfo(dtype.numpy)
+    return info.min if op is Op.MAX else info.max
+
+
+def _window_params(params: dict):
+    return (tuple(map(int, params["window_dimensions"])), tuple(map(int, params["window_strides"])),
+            params["padding"], params["base_dilation"], tuple(map(int, params["window_dilation"])))
+
+
+def _monoid_window(op: Op):
+    """reduce_window_sum, _max and _min. A window of at most FUSED_POSITIONS positions is
+    folded in the order XLA's loop nest reads it; a larger one, one axis after another (for
+    max and min the same result; sum(window) slices rather than prod(window)), each axis's
+    result stored."""
+
+    def translate(ctx, params, operands):
+        (x,) = operands
+        window, strides, padding, base, dilation = _window_params(params)
+        dtype, out_dims = x.array_shape.dtype, ctx.out.dims
+        if dtype.is_pred and op is Op.ADD:
+            raise FrontendError(f"'{ctx.primitive}' at {ctx.loc} on booleans")
+        combine = {Op.ADD: Op.OR, Op.MAX: Op.OR, Op.MIN: Op.AND}[op] if dtype.is_pred else op
+        init = ctx.constant(_identity(op, dtype), dtype)
+        if 0 in out_dims:
+            return ctx.broadcast_to(init, out_dims)
+        x = _pad(ctx, x, init, padding, base)
+        rank = len(window)
+        if op is Op.ADD and math.prod(window) <= FUSED_POSITIONS:
+            total = None
+            for offset in itertools.product(*map(range, window)):
+                piece = _offset_slice(ctx, x, offset, strides, dilation, out_dims, range(rank))
+                total = piece if total is None else ctx.emit(combine, total, piece)
+            return total
+        _check_size(ctx, (sum(window),), "window")
+        apart, reduced = math.prod(window) > FUSED_POSITIONS, False
+        for axis in range(rank):
+            if window[axis] == 1 and strides[axis] == 1 and x.array_shape.dims[axis] == out_dims[axis]:
+                continue
+            if apart and reduced:
+                x = _barrier(ctx, x)
+            pieces = [_offset_slice(ctx, x, (k,), (strides[axis],), (dilation[axis],), (out_dims[axis],), (axis,))
+                      for k in range(window[axis])]
+            x = functools.reduce(lambda a, b: ctx.emit(combine, a, b), pieces)
+            reduced = True
+        return x
+
+    return translate
+
+
+def _barrier(ctx: Context, x: Instruction) -> Instruction:
+    """`x` behind an optimization barrier: stored, not fused into what reads it."""
+    return ctx.emit(Op.GET_TUPLE_ELEMENT, ctx.emit(Op.OPTIMIZATION_BARRIER, x), index=0)
+
+
+RULES["reduce_window_sum"] = _monoid_window(Op.ADD)
+RULES["reduce_window_max"] = _monoid_window(Op.MAX)
+RULES["reduce_window_min"] = _monoid_window(Op.MIN)
+
+
+@rule("reduce_window")
+def _reduce_window(ctx, params, operands):
+    """lax.reduce_window with a jaxpr (variadic too): each window folded into the init values
+    from its first position to its last, the jaxpr inlined once per position."""
+    count = len(operands) // 2
+    xs, inits = operands[:count], operands[count:]
+    window, strides, padding, base, dilation = _window_params(params)
+    _check_size(ctx, window, "window", MAX_JAXPR_POSITIONS)
+    out_dims = ctx.out.dims
+    accs = [ctx.broadcast_to(init, out_dims) for init in inits]
+    if 0 in out_dims:
+        return accs
+    padded = [_pad(ctx, x, init, padding, base) for x, init in zip(xs, inits)]
+    body = _elementwise_body(ctx, params, accs + padded)
+    for k, offset in enumerate(itertools.product(*map(range, window))):
+        if k and k % FUSED_POSITIONS == 0:  # each FUSED_POSITIONS positions a loop of their own
+            barrier = ctx.emit(Op.OPTIMIZATION_BARRIER, *accs)
+            accs = [ctx.emit(Op.GET_TUPLE_ELEMENT, barrier, index=i) for i in range(len(accs))]
+        pieces = [_offset_slice(ctx, x, offset, strides, dilation, out_dims, range(len(window))) for x in padded]
+        accs = ctx.inline(body.jaxpr, body.consts, accs + pieces)
+    return accs
+
+
+def _elementwise_body(ctx: Context, params: dict, operands: list[Instruction]):
+    """The reduction jaxpr (on scalars) vmapped over the output's dims and traced: the fold of
+    one window position into the accumulators, for every output element at once."""
+    closed = params["jaxpr"]
+    if not hasattr(closed, "jaxpr"):
+        closed = jcore.ClosedJaxpr(closed, params.get("consts", ()))
+    fn = jcore.jaxpr_as_fun(closed)
+    for _ in range(len(ctx.out.dims)):
+        fn = jax.vmap(fn)
+    specs = [jax.ShapeDtypeStruct(ctx.out.dims, x.array_shape.dtype.numpy) for x in operands]
+    return jax.make_jaxpr(fn)(*specs)
+
+
+# ---------------------------------------------------------------------------- convolution
+@rule("conv_general_dilated")
+def _conv(ctx, params, operands):
+    """conv_general_dilated as patches times kernel. The input goes to (N, spatial..., C), is
+    padded and dilated with zeros, and each kernel offset's strided slice joins the patches
+    (N, out spatial..., offsets x C); the kernel goes to (offsets, C / groups, O). With feature
+    groups the dot batches over them (output features group-major, as XLA splits them); with
+    batch groups, over the groups of the input batch (group-major too)."""
+    lhs, rhs = operands
+    numbers = params["dimension_numbers"]
+    lhs_spec, rhs_spec, out_spec = (tuple(map(int, spec)) for spec in numbers)
+    rank = len(lhs_spec) - 2
+    groups, batch_groups = int(params["feature_group_count"]), int(params["batch_group_count"])
+    strides = tuple(map(int, params["window_strides"]))
+    rhs_dilation = tuple(map(int, params["rhs_dilation"]))
+    out = ctx.out
+    out_spatial = tuple(out.dims[a] for a in out_spec[2:])
+    kernel = tuple(rhs.array_shape.dims[a] for a in rhs_spec[2:])
+    _check_size(ctx, kernel, "kernel")
+    work = out.dtype
+    x = ctx.emit(Op.TRANSPOSE, lhs, permutation=(lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
+    w = ctx.emit(Op.TRANSPOSE, rhs, permutation=(*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
+    features_in, features = w.array_shape.dims[-2], w.array_shape.dims[-1]
+    zero = ctx.constant(0, x.array_shape.dtype)
+    x = _pad(ctx, x, zero, ((0, 0), *params["padding"], (0, 0)), (1, *params["lhs_dilation"], 1))
+
+    offsets = list(itertools.product(*map(range, kernel)))
+    w = _reshape(ctx, w, (len(offsets), features_in, features))
+    chunks = range(0, len(offsets), TAPS_PER_PRODUCT)
+    if len(chunks) > 1 and work in (DType.F16, DType.BF16):
+        work = DType.F32  # the partial products summed as XLA accumulates, then rounded once
+    result = None
+    for first in chunks:
+        taps = offsets[first : first + TAPS_PER_PRODUCT]
+        pieces = [_offset_slice(ctx, x, offset, strides, rhs_dilation, out_spatial, range(1, rank + 1))
+                  for offset in taps]
+        # side by side along the channels: (N, out spatial..., offsets x C), the offsets major
+        patches = pieces[0] if len(pieces) == 1 else ctx.emit(Op.CONCATENATE, *pieces, dimension=rank + 1)
+        kernel_part = _slice_rows(ctx, w, first, first + len(taps))
+        part = _product(ctx, patches, kernel_part, groups, batch_groups, work)
+        result = part if result is None else ctx.emit(Op.ADD, result, part)
+    result = ctx.convert(result, out.dtype)
+    result = _reshape(ctx, result, (out.dims[out_spec[0]], *out_spatial, features))
+    # result axes: batch, spatial..., features; out_spec says where each goes
+    permutation = [0] * (rank + 2)
+    permutation[out_spec[0]], permutation[out_spec[1]] = 0, rank + 1
+    for i, axis in enumerate(out_spec[2:]):
+        permutation[axis] = i + 1
+    return ctx.emit(Op.TRANSPOSE, result, permutation=tuple(permutation))
+
+
+def _slice_rows(ctx: Context, x: Instruction, start: int, stop: int) -> Instruction:
+    dims = x.array_shape.dims
+    if (start, stop) == (0, dims[0]):
+        return x
+    return ctx.emit(Op.SLICE, x, start=(start, *[0] * (len(dims) - 1)), limit=(stop, *dims[1:]),
+                    strides=(1,) * len(dims))
+
+
+def _product(ctx: Context, patches: Instruction, w: Instruction, groups: int, batch_groups: int,
+             work: DType) -> Instruction:
+    """(positions, features) of `patches` (N, out spatial..., taps x C) times the kernel `w`
+    (taps, C / groups, features)."""
+    dims = patches.array_shape.dims
+    positions, channels = math.prod(dims[:-1]), dims[-1]
+    taps, features_in, features = w.array_shape.dims
+    if groups == 1 and batch_groups == 1:
+        lhs = _reshape(ctx, patches, (positions, channels))
+        rhs = _reshape(ctx, w, (channels, features))
+        return dot(ctx, lhs, rhs, ((1,), (0,)), ((), ()), work)
+    if batch_groups == 1:  # channels = groups x features_in; features = groups x per group
+        lhs = _reshape(ctx, patches, (positions, taps, groups, features_in))
+        rhs = _reshape(ctx, w, (taps, features_in, groups, features // groups))
+        grouped = dot(ctx, lhs, rhs, ((1, 3), (0, 1)), ((2,), (2,)), work)  # (groups, positions, per)
+    else:  # the batch splits into batch_groups x (n / batch_groups), features likewise
+        lhs = _reshape(ctx, patches, (batch_groups, positions // batch_groups, channels))
+        rhs = _reshape(ctx, w, (channels, batch_groups, features // batch_groups))
+        grouped = dot(ctx, lhs, rhs, ((2,), (0,)), ((0,), (1,)), work)  # (groups, per batch, per)
+    return _reshape(ctx, ctx.emit(Op.TRANSPOSE, grouped, permutation=(1, 0, 2)), (positions // batch_groups, features))

@@ -1,0 +1,75 @@
+"""The window rules (`xfuse.frontend.windows`): a convolution layer's shape after fusion, a
+larger convolution than the corpus has (its loops run in parallel), and the error for windows
+too large to expand. The corpus (`corpus_windows.py`) checks every form on every backend."""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import xfuse
+from xfuse.frontend import FrontendError
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def conv_layer(x, w, b):
+    y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=NHWC)
+    y = jax.nn.relu(y + b)
+    return lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+def _layer_inputs(n=4, size=16, channels=8, features=16):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, size, size, channels)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, channels, features)) / np.sqrt(9 * channels)).astype(np.float32)
+    b = rng.standard_normal(features).astype(np.float32)
+    return x, w, b
+
+
+def test_a_conv_layer_is_patches_one_product_and_its_epilogue() -> None:
+    """The padding and the nine slices fuse into the loop that writes the patches, BLAS runs
+    the one product, and bias, relu and the max pool fuse into one loop after it."""
+    compiled = xfuse.jit(conv_layer).lower(*_layer_inputs()).compile()
+    entry = compiled.as_text().split("ENTRY")[1]
+    ops = [line.split("=")[1].split("(")[0].split()[-1] for line in entry.splitlines() if " = " in line]
+    assert ops.count("dot_general") == 1 and ops.count("fusion") == 2, ops
+    assert not {"pad", "slice", "concatenate", "max", "add", "reduce_window"} & set(ops), ops
+
+
+@pytest.mark.parametrize("n", [1, 16])
+def test_a_conv_layer_matches_jax_jit(n: int) -> None:
+    """One image (serial loops) and sixteen (the patches and the epilogue split over threads)."""
+    args = _layer_inputs(n=n, size=32)
+    got = np.asarray(xfuse.jit(conv_layer)(*args))
+    want = np.asarray(jax.jit(conv_layer)(*args))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def wide_window(x):
+    return lax.reduce_window(x, 1.0, lax.mul, (1, 40, 40), (1, 1, 1), "SAME")
+
+
+def test_a_window_too_large_to_expand_names_the_primitive_and_the_line() -> None:
+    """A reduce_window with a jaxpr inlines it once per window position: 1600 is too many."""
+    with pytest.raises(FrontendError) as info:
+        xfuse.jit(wide_window)(np.zeros((1, 64, 64), np.float32))
+    line = inspect.getsourcelines(wide_window)[1] + 1
+    message = str(info.value)
+    assert "'reduce_window'" in message and "1x40x40" in message, message
+    assert f"test_windows.py:{line}" in message, message
+
+
+def test_a_long_max_window_reduces_one_axis_at_a_time() -> None:
+    """A 1x40x40 max window is 80 slices (one axis after another), not 1600."""
+    x = np.random.default_rng(1).standard_normal((1, 64, 64)).astype(np.float32)
+
+    def pool(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 40, 40), (1, 3, 3), "SAME")
+
+    np.testing.assert_array_equal(np.asarray(xfuse.jit(pool)(x)), np.asarray(jax.jit(pool)(x)))
