@@ -201,6 +201,9 @@ def _conv(ctx, params, operands):
 
     offsets = list(itertools.product(*map(range, kernel)))
     w = _reshape(ctx, w, (len(offsets), features_in, features))
+    if features_in == 1 and features == groups > 1 and batch_groups == 1:
+        result = _depthwise(ctx, x, w, offsets, strides, rhs_dilation, out_spatial, work)
+        return _to_out_layout(ctx, ctx.convert(result, out.dtype), out_spec)
     chunks = range(0, len(offsets), TAPS_PER_PRODUCT)
     if len(chunks) > 1 and work in (DType.F16, DType.BF16):
         work = DType.F32  # the partial products summed as XLA accumulates, then rounded once
@@ -216,7 +219,12 @@ def _conv(ctx, params, operands):
         result = part if result is None else ctx.emit(Op.ADD, result, part)
     result = ctx.convert(result, out.dtype)
     result = _reshape(ctx, result, (out.dims[out_spec[0]], *out_spatial, features))
-    # result axes: batch, spatial..., features; out_spec says where each goes
+    return _to_out_layout(ctx, result, out_spec)
+
+
+def _to_out_layout(ctx: Context, result: Instruction, out_spec: tuple[int, ...]) -> Instruction:
+    """`result` (batch, spatial..., features) transposed to where `out_spec` puts each axis."""
+    rank = len(out_spec) - 2
     permutation = [0] * (rank + 2)
     permutation[out_spec[0]], permutation[out_spec[1]] = 0, rank + 1
     for i, axis in enumerate(out_spec[2:]):
@@ -252,3 +260,23 @@ def _product(ctx: Context, patches: Instruction, w: Instruction, groups: int, ba
         rhs = _reshape(ctx, w, (channels, batch_groups, features // batch_groups))
         grouped = dot(ctx, lhs, rhs, ((2,), (0,)), ((0,), (1,)), work)  # (groups, per batch, per)
     return _reshape(ctx, ctx.emit(Op.TRANSPOSE, grouped, permutation=(1, 0, 2)), (positions // batch_groups, features))
+
+
+def _depthwise(ctx, x, w, offsets, strides, dilation, out_spatial, work: DType) -> Instruction:
+    """A depthwise convolution (one filter per channel): the sum over kernel offsets of each
+    offset's slice times that offset's row of filters, elementwise, in offset order; every
+    FUSED_POSITIONS offsets stored (the loop reads the input once per offset)."""
+    rank = len(out_spatial)
+    channels = x.array_shape.dims[-1]
+    dims = (x.array_shape.dims[0], *out_spatial, channels)
+    x, w = ctx.convert(x, work), ctx.convert(w, work)
+    total = None
+    for k, offset in enumerate(offsets):
+        if k and k % FUSED_POSITIONS == 0:
+            total = _barrier(ctx, total)
+        piece = _offset_slice(ctx, x, offset, strides, dilation, out_spatial, range(1, rank + 1))
+        row = _reshape(ctx, _slice_rows(ctx, w, k, k + 1), (channels,))
+        term = ctx.emit(Op.MUL, piece, ctx.emit(Op.BROADCAST_IN_DIM, row, shape=piece.array_shape.with_dims(dims),
+                                                dims=(rank + 1,)))
+        total = term if total is None else ctx.emit(Op.ADD, total, term)
+    return total

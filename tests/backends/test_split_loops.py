@@ -15,6 +15,7 @@ import pytest
 from jax import lax
 
 import xfuse
+from xfuse.backends.numba.kernels import MAX_PIECES
 
 
 def rng_array(shape, seed=0):
@@ -65,6 +66,12 @@ def test_a_long_one_dimensional_concatenation_split_over_threads():
 
 
 def test_more_cuts_than_pieces_allowed_leave_the_loop_whole():
-    parts = [rng_array((4, 2), k) for k in range(9)]
+    parts = [rng_array((4, 2), k) for k in range(MAX_PIECES + 1)]
     source = check(lambda *p: jnp.concatenate(p, axis=1) * 2.0, *parts)
-    assert "clamp" in source  # nine operands: the loop stays one, with its selects
+    assert "clamp" in source  # MAX_PIECES + 1 operands: the loop stays one, with its selects
+
+
+def test_as_many_pieces_as_allowed_split_the_loop():
+    parts = [rng_array((4, 2), k) for k in range(MAX_PIECES)]
+    source = check(lambda *p: jnp.concatenate(p, axis=1) * 2.0, *parts)
+    assert "clamp" not in source and f"range({2 * MAX_PIECES - 2}, {2 * MAX_PIECES})" in source

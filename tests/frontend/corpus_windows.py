@@ -35,8 +35,9 @@ def conv_relu_max_pool(x, w, b):
     return lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
 
 
-@case(lambda r, e: (_image(r, e), _kernel(r), _kernel(r, (3, 2, 1, 8)), _kernel(r, (2, 2, 2, 6))))
-def conv_forms(x, w, depthwise, grouped):
+@case(lambda r, e: (_image(r, e), _kernel(r), _kernel(r, (3, 2, 1, 8)), _kernel(r, (2, 2, 2, 6)),
+                    _kernel(r, (3, 3, 1, 4))))
+def conv_forms(x, w, depthwise, grouped, per_channel):
     nchw = jnp.transpose(x, (0, 3, 1, 2))
     oihw = jnp.transpose(w, (3, 2, 0, 1))
     return {
@@ -48,6 +49,8 @@ def conv_forms(x, w, depthwise, grouped):
             x, w, (1, 1), ((1, 1), (0, 2)), lhs_dilation=(2, 3), dimension_numbers=NHWC),
         "depthwise": lax.conv_general_dilated(
             x, depthwise, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=4),
+        "per_channel": lax.conv_general_dilated(
+            x, per_channel, (2, 1), "SAME", dimension_numbers=NHWC, feature_group_count=4),
         "grouped": lax.conv_general_dilated(
             x, grouped, (1, 2), "SAME", dimension_numbers=NHWC, feature_group_count=2),
         "batch_grouped": lax.conv_general_dilated(

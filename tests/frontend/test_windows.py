@@ -73,3 +73,19 @@ def test_a_long_max_window_reduces_one_axis_at_a_time() -> None:
         return lax.reduce_window(x, -jnp.inf, lax.max, (1, 40, 40), (1, 3, 3), "SAME")
 
     np.testing.assert_array_equal(np.asarray(xfuse.jit(pool)(x)), np.asarray(jax.jit(pool)(x)))
+
+
+def test_a_depthwise_convolution_is_one_loop() -> None:
+    """One 3x3 filter per channel: nine slices times filter rows, summed in one loop kernel,
+    no product."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 12, 12, 8)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 1, 8)).astype(np.float32)
+
+    def depthwise(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=NHWC, feature_group_count=8)
+
+    compiled = xfuse.jit(depthwise).lower(x, w).compile()
+    assert "dot_general" not in compiled.as_text()
+    assert compiled.kernel_count() == 1
+    np.testing.assert_allclose(np.asarray(compiled(x, w)), np.asarray(jax.jit(depthwise)(x, w)), rtol=1e-5, atol=1e-5)
