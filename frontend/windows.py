@@ -1,5 +1,6 @@
 """Rules for the window primitives, written as slices of the padded operand, as a loop nest
-over the window would read it: reduce_window (sum, max, min and a jaxpr's), and
+over the window would read it: reduce_window (sum, max, min and a jaxpr's), max pooling's
+derivatives (select_and_gather_add, select_and_scatter_add), and
 conv_general_dilated, which becomes its patches (one strided slice per kernel offset, side by
 side) times the kernel in one dot_general, so BLAS runs the product and the padding and slicing
 fuse into the loop that writes the patches. Registered into `rules.RULES`. May import xfuse.hlo.
@@ -279,4 +280,92 @@ def _depthwise(ctx, x, w, offsets, strides, dilation, out_spatial, work: DType) 
         term = ctx.emit(Op.MUL, piece, ctx.emit(Op.BROADCAST_IN_DIM, row, shape=piece.array_shape.with_dims(dims),
                                                 dims=(rank + 1,)))
         total = term if total is None else ctx.emit(Op.ADD, total, term)
+    return total
+
+
+# ---------------------------------------------------------------------------- max pooling's derivatives
+def _chooser(ctx: Context, params: dict) -> tuple[Op, object]:
+    """(the comparison, the init value XLA's lowering pads with) of a select_prim: ge picks a
+    window's maximum, le its minimum."""
+    name = getattr(params["select_prim"], "name", str(params["select_prim"]))
+    if name not in ("ge", "le"):
+        raise FrontendError(f"'{ctx.primitive}' at {ctx.loc} with select_prim {name}: xfuse knows ge and le")
+    return (Op.GE, -math.inf) if name == "ge" else (Op.LE, math.inf)
+
+
+@rule("select_and_gather_add")
+def _select_and_gather_add(ctx, params, operands):
+    """The tangent at each window's chosen element (max pooling's JVP), as jax lowers it: a
+    reduce_window over (operand, tangent) pairs from (-inf, 0) (for ge), each position taken
+    unless the pair so far compares `select_prim` to it; padding is that init pair."""
+    tangents, x = operands
+    compare, extreme = _chooser(ctx, params)
+    window, strides, padding, base, dilation = _window_params(params)
+    _check_size(ctx, window, "window", MAX_JAXPR_POSITIONS)
+    out_dims, dtype = ctx.out.dims, x.array_shape.dtype
+    best = ctx.broadcast_to(ctx.constant(extreme, dtype), out_dims)
+    chosen = ctx.broadcast_to(ctx.constant(0, dtype), out_dims)
+    if 0 in out_dims:
+        return chosen
+    x = _pad(ctx, x, ctx.constant(extreme, dtype), padding, base)
+    tangents = _pad(ctx, tangents, ctx.constant(0, dtype), padding, base)
+    for k, offset in enumerate(itertools.product(*map(range, window))):
+        if k and k % FUSED_POSITIONS == 0:
+            best, chosen = _barrier(ctx, best), _barrier(ctx, chosen)
+        value = _offset_slice(ctx, x, offset, strides, dilation, out_dims, range(len(window)))
+        tangent = _offset_slice(ctx, tangents, offset, strides, dilation, out_dims, range(len(window)))
+        keep = ctx.emit(compare, best, value)
+        best = ctx.emit(Op.SELECT_N, keep, value, best)
+        chosen = ctx.emit(Op.SELECT_N, keep, tangent, chosen)
+    return chosen
+
+
+@rule("select_and_scatter_add")
+def _select_and_scatter_add(ctx, params, operands):
+    """Max pooling's transpose: each window's source value added at the element the window
+    chooses (its first element, then each later one unless the chosen one compares
+    `select_prim` to it, as XLA's SelectAndScatter; padding is never chosen). Per window offset,
+    the sources whose window chose it are spread back by a pad with holes of stride - 1."""
+    source, x = operands
+    compare, _ = _chooser(ctx, params)
+    window = tuple(map(int, params["window_dimensions"]))
+    strides = tuple(map(int, params["window_strides"]))
+    padding = tuple((int(lo), int(hi)) for lo, hi in params["padding"])
+    _check_size(ctx, window, "window", MAX_JAXPR_POSITIONS)
+    out_dims, in_dims = source.array_shape.dims, x.array_shape.dims
+    dtype = source.array_shape.dtype
+    zero = ctx.constant(0, dtype)
+    if 0 in out_dims or 0 in in_dims:
+        return ctx.broadcast_to(zero, in_dims)
+    rank, ones = len(window), (1,) * len(window)
+    x = _pad(ctx, x, ctx.constant(0, x.array_shape.dtype), padding, ones)
+    inside = _pad(ctx, ctx.broadcast_to(ctx.constant(True, DType.PRED), in_dims), ctx.constant(False, DType.PRED),
+                  padding, ones)
+    offsets = list(itertools.product(*map(range, window)))
+    best = chosen = None
+    for k, offset in enumerate(offsets):
+        value = _offset_slice(ctx, x, offset, strides, ones, out_dims, range(rank))
+        valid = _offset_slice(ctx, inside, offset, strides, ones, out_dims, range(rank))
+        index = ctx.broadcast_to(ctx.constant(k, DType.S32), out_dims)
+        if best is None:
+            best, chosen = value, ctx.emit(Op.SELECT_N, valid, ctx.broadcast_to(ctx.constant(-1, DType.S32), out_dims),
+                                           index)
+            continue
+        if k % FUSED_POSITIONS == 0:
+            best, chosen = _barrier(ctx, best), _barrier(ctx, chosen)
+        none_yet = ctx.emit(Op.LT, chosen, ctx.broadcast_to(ctx.constant(0, DType.S32), out_dims))
+        better = ctx.emit(Op.NOT, ctx.emit(compare, best, value))
+        take = ctx.emit(Op.AND, valid, ctx.emit(Op.OR, none_yet, better))
+        best = ctx.emit(Op.SELECT_N, take, best, value)
+        chosen = ctx.emit(Op.SELECT_N, take, chosen, index)
+    # stored: each offset's spread reads them at an index of its own
+    chosen, source = _barrier(ctx, chosen), _barrier(ctx, source)
+    total = None
+    for k, offset in enumerate(offsets):
+        mine = ctx.emit(Op.EQ, chosen, ctx.broadcast_to(ctx.constant(k, DType.S32), out_dims))
+        part = ctx.emit(Op.SELECT_N, mine, ctx.broadcast_to(zero, out_dims), source)
+        low = tuple(o - lo for o, (lo, _) in zip(offset, padding))
+        high = tuple(d - (l + (n - 1) * s + 1) for d, l, n, s in zip(in_dims, low, out_dims, strides))
+        spread = ctx.emit(Op.PAD, part, zero, low=low, high=high, interior=tuple(s - 1 for s in strides))
+        total = spread if total is None else ctx.emit(Op.ADD, total, spread)
     return total

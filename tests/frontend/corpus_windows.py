@@ -139,3 +139,26 @@ def pooling_argmax_variadic(x):
 def avg_pool_gradient(x):
     return jax.grad(lambda x: jnp.sum(jnp.cos(lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 2, 2, 1),
                                                                    "SAME"))))(x)
+
+
+@case(lambda r, e: (floats(r, e, (2, 7, 6, 3), special=False),))
+def max_pool_gradients(x):
+    """Max and min pooling's gradients (select_and_scatter_add): each window's cotangent goes
+    to the element it chose, the first of its ties. Which element a window holding NaN
+    chooses follows XLA's order of evaluation, which xfuse does not copy: no NaN here."""
+    def loss(x):
+        top = lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+        bottom = lax.reduce_window(x, jnp.inf, lax.min, (1, 2, 3, 1), (1, 1, 2, 1), "VALID")
+        return jnp.sum(jnp.tanh(top) * jnp.arange(1.0, 4.0)) + jnp.sum(bottom)
+
+    return jax.grad(loss)(jnp.round(x * 2) / 2)  # halves: ties in many windows
+
+
+@case(lambda r, e: (floats(r, False, (2, 7, 6, 3)), floats(r, False, (2, 7, 6, 3))))
+def max_pool_jvp(x, t):
+    """Max pooling's JVP (select_and_gather_add): the tangent of each window's maximum. Of two
+    equal maxima (or NaN) XLA:CPU picks the first in an order of its own (in an NHWC window,
+    down the columns; in a 2-D one, along the rows), xfuse the first along the rows: the inputs
+    here have no ties (no edge values either)."""
+    pool = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")  # noqa: E731
+    return jax.jvp(pool, (x,), (t,))[1]

@@ -89,3 +89,32 @@ def test_a_depthwise_convolution_is_one_loop() -> None:
     assert "dot_general" not in compiled.as_text()
     assert compiled.kernel_count() == 1
     np.testing.assert_allclose(np.asarray(compiled(x, w)), np.asarray(jax.jit(depthwise)(x, w)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_small_cnn_training_step_matches_jax_jit() -> None:
+    """Gradients through two conv layers, relu, max and average pooling and a dense layer:
+    conv_general_dilated's transposes, select_and_scatter_add and reduce_window_sum's."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 12, 12, 3)).astype(np.float32)
+    labels = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 4)]
+    params = {
+        "w1": (rng.standard_normal((3, 3, 3, 8)) / 5).astype(np.float32),
+        "w2": (rng.standard_normal((3, 3, 8, 8)) / 8).astype(np.float32),
+        "dense": (rng.standard_normal((3 * 3 * 8, 5)) / 8).astype(np.float32),
+    }
+
+    def loss(params, x, labels):
+        y = jax.nn.relu(lax.conv_general_dilated(x, params["w1"], (1, 1), "SAME", dimension_numbers=NHWC))
+        y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        y = jax.nn.relu(lax.conv_general_dilated(y, params["w2"], (1, 1), "SAME", dimension_numbers=NHWC))
+        y = lax.reduce_window(y, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4
+        logits = y.reshape(y.shape[0], -1) @ params["dense"]
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * labels, axis=-1))
+
+    step = jax.value_and_grad(loss)
+    got_loss, got = xfuse.jit(step)(params, x, labels)
+    want_loss, want = jax.jit(step)(params, x, labels)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+    for name in params:
+        scale = np.abs(np.asarray(want[name])).max()
+        np.testing.assert_allclose(np.asarray(got[name]), np.asarray(want[name]), rtol=1e-4, atol=1e-5 * scale)
