@@ -20,6 +20,7 @@ from xfuse.hlo import DType, Instruction, Op
 from xfuse.hlo.dtypes import finfo
 
 from .rules import rule
+from .special import in_work_dtype
 from .translate import Elementwise
 
 
@@ -29,10 +30,8 @@ def _float_rule(*names: str):
 
     def register(expand: Callable[[Elementwise, Instruction], Instruction]):
         def translate(ctx, params, operands):
-            dtype = DType.F64 if ctx.out.dtype is DType.F64 else DType.F32
-            x = ctx.convert(operands[0], dtype)
-            result = expand(Elementwise(ctx, ctx.out.dims, dtype), x)
-            return ctx.convert(result, ctx.out.dtype)
+            x, m = in_work_dtype(ctx, operands[0])
+            return ctx.convert(expand(m, x), ctx.out.dtype)
 
         translate.__doc__ = expand.__doc__
         return rule(*names)(translate)

@@ -14,7 +14,7 @@ from .rules import rule
 from .translate import Elementwise, FrontendError
 
 
-def _work(ctx, x):
+def in_work_dtype(ctx, x):
     """x in the dtype XLA computes these in: f16 and bf16 in f32."""
     dtype = DType.F64 if ctx.out.dtype is DType.F64 else DType.F32
     x = ctx.convert(x, dtype)
@@ -34,7 +34,7 @@ def _erf_inv(ctx, params, operands):
     """erf_inv as XLA expands it (f16 and bf16 through f32): Giles' polynomial times x, and
     +-inf at +-1 (NaN past them, from the log of a negative number). float64 takes that value
     as a first guess and refines it with Newton steps (`_erf_inv_f64`)."""
-    x, m = _work(ctx, operands[0])
+    x, m = in_work_dtype(ctx, operands[0])
     if m.dtype is DType.F32:
         result = _giles(m, x)
     else:
@@ -137,7 +137,7 @@ def _lgamma(ctx, params, operands):
     log|gamma(x)| = log(pi) - log|sin(pi x)| - log|gamma(1 - x)|, the sine of the fraction of
     |x| folded into [0, 1/2] so that near-integers keep their precision. +inf at the poles
     (0 and the negative integers) and at +-inf, as XLA."""
-    x, m = _work(ctx, operands[0])
+    x, m = in_work_dtype(ctx, operands[0])
     reflect, z, a, _, t, log_t = _lanczos(m, x)
     log_y = m.add(m.add(m.c(0.5 * math.log(2 * math.pi)),
                         m.mul(m.sub(m.add(z, m.c(0.5)), m.div(t, log_t)), log_t)), m.log(a))
@@ -157,7 +157,7 @@ def _digamma(ctx, params, operands):
     digamma(x) = digamma(1 - x) - pi cot(pi x) below 1/2 (x first shifted into [-1/2, 1/2] by
     a whole number, for the cotangent's precision). NaN at the poles (0 and the negative
     integers), as XLA."""
-    x, m = _work(ctx, operands[0])
+    x, m = in_work_dtype(ctx, operands[0])
     reflect, _, a, slope, t, log_t = _lanczos(m, x, derivative=True)
     y = m.sub(m.add(log_t, m.div(slope, a)), m.div(m.c(_LANCZOS_G), t))
     reduced = m.add(x, m.abs(m.floor(m.add(x, m.c(0.5)))))

@@ -22,7 +22,7 @@ import numpy as np
 
 from xfuse.hlo import DType, Instruction, Op
 
-from .rules import RULES, dot, rule
+from .rules import RULES, _reshape_to as _reshape, _slice_along, dot, rule
 from .translate import Context, FrontendError
 
 MAX_OFFSETS = 1024
@@ -34,12 +34,6 @@ MAX_JAXPR_POSITIONS = 256  # a reduce_window's jaxpr is inlined once per positio
 # (the numba backend splits a loop at a concatenate's seams, up to 32 pieces); a larger
 # kernel's offsets go to several products, summed.
 TAPS_PER_PRODUCT = 32
-
-
-def _reshape(ctx: Context, x: Instruction, dims: tuple[int, ...]) -> Instruction:
-    if x.array_shape.dims == dims:
-        return x
-    return ctx.emit(Op.RESHAPE, x, shape=x.array_shape.with_dims(dims))
 
 
 def _check_size(ctx: Context, window: tuple[int, ...], what: str, limit: int = MAX_OFFSETS) -> None:
@@ -118,7 +112,7 @@ def _monoid_window(op: Op):
             if window[axis] == 1 and strides[axis] == 1 and x.array_shape.dims[axis] == out_dims[axis]:
                 continue
             if apart and reduced:
-                x = _barrier(ctx, x)
+                (x,) = _barrier(ctx, x)
             pieces = [_offset_slice(ctx, x, (k,), (strides[axis],), (dilation[axis],), (out_dims[axis],), (axis,))
                       for k in range(window[axis])]
             x = functools.reduce(lambda a, b: ctx.emit(combine, a, b), pieces)
@@ -128,9 +122,10 @@ def _monoid_window(op: Op):
     return translate
 
 
-def _barrier(ctx: Context, x: Instruction) -> Instruction:
-    """`x` behind an optimization barrier: stored, not fused into what reads it."""
-    return ctx.emit(Op.GET_TUPLE_ELEMENT, ctx.emit(Op.OPTIMIZATION_BARRIER, x), index=0)
+def _barrier(ctx: Context, *xs: Instruction) -> list[Instruction]:
+    """`xs` behind one optimization barrier: stored, not fused into what reads them."""
+    barrier = ctx.emit(Op.OPTIMIZATION_BARRIER, *xs)
+    return [ctx.emit(Op.GET_TUPLE_ELEMENT, barrier, index=i) for i in range(len(xs))]
 
 
 RULES["reduce_window_sum"] = _monoid_window(Op.ADD)
@@ -154,8 +149,7 @@ def _reduce_window(ctx, params, operands):
     body = _elementwise_body(ctx, params, accs + padded)
     for k, offset in enumerate(itertools.product(*map(range, window))):
         if k and k % FUSED_POSITIONS == 0:  # each FUSED_POSITIONS positions a loop of their own
-            barrier = ctx.emit(Op.OPTIMIZATION_BARRIER, *accs)
-            accs = [ctx.emit(Op.GET_TUPLE_ELEMENT, barrier, index=i) for i in range(len(accs))]
+            accs = _barrier(ctx, *accs)
         pieces = [_offset_slice(ctx, x, offset, strides, dilation, out_dims, range(len(window))) for x in padded]
         accs = ctx.inline(body.jaxpr, body.consts, accs + pieces)
     return accs
@@ -215,7 +209,7 @@ def _conv(ctx, params, operands):
                   for offset in taps]
         # side by side along the channels: (N, out spatial..., offsets x C), the offsets major
         patches = pieces[0] if len(pieces) == 1 else ctx.emit(Op.CONCATENATE, *pieces, dimension=rank + 1)
-        kernel_part = _slice_rows(ctx, w, first, first + len(taps))
+        kernel_part = w if len(chunks) == 1 else _slice_along(ctx, w, 0, first, first + len(taps))
         part = _product(ctx, patches, kernel_part, groups, batch_groups, work)
         result = part if result is None else ctx.emit(Op.ADD, result, part)
     result = ctx.convert(result, out.dtype)
@@ -231,14 +225,6 @@ def _to_out_layout(ctx: Context, result: Instruction, out_spec: tuple[int, ...])
     for i, axis in enumerate(out_spec[2:]):
         permutation[axis] = i + 1
     return ctx.emit(Op.TRANSPOSE, result, permutation=tuple(permutation))
-
-
-def _slice_rows(ctx: Context, x: Instruction, start: int, stop: int) -> Instruction:
-    dims = x.array_shape.dims
-    if (start, stop) == (0, dims[0]):
-        return x
-    return ctx.emit(Op.SLICE, x, start=(start, *[0] * (len(dims) - 1)), limit=(stop, *dims[1:]),
-                    strides=(1,) * len(dims))
 
 
 def _product(ctx: Context, patches: Instruction, w: Instruction, groups: int, batch_groups: int,
@@ -274,9 +260,9 @@ def _depthwise(ctx, x, w, offsets, strides, dilation, out_spatial, work: DType) 
     total = None
     for k, offset in enumerate(offsets):
         if k and k % FUSED_POSITIONS == 0:
-            total = _barrier(ctx, total)
+            (total,) = _barrier(ctx, total)
         piece = _offset_slice(ctx, x, offset, strides, dilation, out_spatial, range(1, rank + 1))
-        row = _reshape(ctx, _slice_rows(ctx, w, k, k + 1), (channels,))
+        row = _reshape(ctx, _slice_along(ctx, w, 0, k, k + 1), (channels,))
         term = ctx.emit(Op.MUL, piece, ctx.emit(Op.BROADCAST_IN_DIM, row, shape=piece.array_shape.with_dims(dims),
                                                 dims=(rank + 1,)))
         total = term if total is None else ctx.emit(Op.ADD, total, term)
@@ -311,7 +297,7 @@ def _select_and_gather_add(ctx, params, operands):
     tangents = _pad(ctx, tangents, ctx.constant(0, dtype), padding, base)
     for k, offset in enumerate(itertools.product(*map(range, window))):
         if k and k % FUSED_POSITIONS == 0:
-            best, chosen = _barrier(ctx, best), _barrier(ctx, chosen)
+            best, chosen = _barrier(ctx, best, chosen)
         value = _offset_slice(ctx, x, offset, strides, dilation, out_dims, range(len(window)))
         tangent = _offset_slice(ctx, tangents, offset, strides, dilation, out_dims, range(len(window)))
         keep = ctx.emit(compare, best, value)
@@ -352,14 +338,14 @@ def _select_and_scatter_add(ctx, params, operands):
                                            index)
             continue
         if k % FUSED_POSITIONS == 0:
-            best, chosen = _barrier(ctx, best), _barrier(ctx, chosen)
+            best, chosen = _barrier(ctx, best, chosen)
         none_yet = ctx.emit(Op.LT, chosen, ctx.broadcast_to(ctx.constant(0, DType.S32), out_dims))
         better = ctx.emit(Op.NOT, ctx.emit(compare, best, value))
         take = ctx.emit(Op.AND, valid, ctx.emit(Op.OR, none_yet, better))
         best = ctx.emit(Op.SELECT_N, take, best, value)
         chosen = ctx.emit(Op.SELECT_N, take, chosen, index)
     # stored: each offset's spread reads them at an index of its own
-    chosen, source = _barrier(ctx, chosen), _barrier(ctx, source)
+    chosen, source = _barrier(ctx, chosen, source)
     total = None
     for k, offset in enumerate(offsets):
         mine = ctx.emit(Op.EQ, chosen, ctx.broadcast_to(ctx.constant(k, DType.S32), out_dims))
