@@ -223,6 +223,9 @@ _KEY_MOVES = {
 # Rules that take key data as they are: they read their output's dims, not their parameters'.
 _KEY_AS_IS = ("squeeze", "expand_dims", "concatenate", "copy", "copy_p", "optimization_barrier", "device_put",
               "sharding_constraint", "pvary")
+# Rules whose parameters name axes of the key array, which are the key data's leading axes:
+# jax 0.11 splits keys with `unstack`.
+_KEY_LEADING_AXES = ("stack", "unstack", "split")
 
 
 def _keyed(name: str, physical) -> None:
@@ -240,7 +243,7 @@ for _name, _physical in _KEY_MOVES.items():
 # Primitives whose rules take key arrays (as key data); the frontend refuses any other
 # primitive given one, naming it, rather than let its rule misread the trailing dims.
 KEY_PRIMITIVES.update({
-    *_KEY_MOVES, *_KEY_AS_IS, "random_wrap", "random_unwrap", "random_clone", "random_bits", "random_split", "random_fold_in",
+    *_KEY_MOVES, *_KEY_AS_IS, *_KEY_LEADING_AXES, "random_wrap", "random_unwrap", "random_clone", "random_bits", "random_split", "random_fold_in",
     "random_gamma",
     "jit", "pjit", "closed_call", "core_call", "remat", "checkpoint", "remat2", "custom_jvp_call",
     "custom_vjp_call", "custom_vjp_call_jaxpr", "while", "cond", "scan",

@@ -6,7 +6,12 @@ chain and every backend runs it. Registered into `rules.RULES`. May import xfuse
 
 from __future__ import annotations
 
+import functools
 import math
+
+import jax
+import numpy as np
+from jax import lax
 
 from xfuse.hlo import DType, Op
 
@@ -156,7 +161,7 @@ def _digamma(ctx, params, operands):
     """gamma'(x)/gamma(x) from the same approximation: log t + A'(z)/A(z) - g/t, through
     digamma(x) = digamma(1 - x) - pi cot(pi x) below 1/2 (x first shifted into [-1/2, 1/2] by
     a whole number, for the cotangent's precision). NaN at the poles (0 and the negative
-    integers), as XLA."""
+    integers), as XLA; at zero whatever this jax's XLA gives (`_digamma_at_zero`)."""
     x, m = in_work_dtype(ctx, operands[0])
     reflect, _, a, slope, t, log_t = _lanczos(m, x, derivative=True)
     y = m.sub(m.add(log_t, m.div(slope, a)), m.div(m.c(_LANCZOS_G), t))
@@ -166,4 +171,15 @@ def _digamma(ctx, params, operands):
     result = m.where(reflect, reflected, y)
     pole = m.and_(m.le(x, m.c(0.0)), m.eq(x, m.floor(x)))
     result = m.where(pole, m.c(math.nan), result)
+    at_zero = _digamma_at_zero()
+    if not math.isnan(at_zero):
+        result = m.where(m.eq(x, m.c(0.0)), m.c(at_zero), result)
     return ctx.convert(result, ctx.out.dtype)
+
+
+@functools.cache
+def _digamma_at_zero() -> float:
+    """digamma(0) and digamma(-0) as this jax's XLA computes them: NaN, as at the other poles,
+    up to jax 0.10; -inf (both) from jax 0.11 on. Asked of XLA:CPU once."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        return float(jax.jit(lax.digamma)(np.float32(0.0)))

@@ -141,7 +141,8 @@ def test_a_one_kernel_call_goes_straight_to_its_kernel_once_settled():
     for call in (lambda: jitted(x), lambda: compiled(x)):
         np.testing.assert_array_equal(call(), x + 1)  # the first call: compiles, settles
         names = python_calls(call)
-        assert names == ["<lambda>", "__call__", "run", "k_fusion_0"], names  # the kernel too
+        # and the kernel's dispatcher, which Python 3.11 reports as a call and 3.12 does not
+        assert names in (["<lambda>", "__call__", "run", "k_fusion_0"], ["<lambda>", "__call__", "run"]), names
         np.testing.assert_array_equal(call(), x + 1)
 
 
