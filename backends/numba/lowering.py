@@ -163,7 +163,8 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
         and all(s.dims == shapes[0].dims for s in shapes)
     step = {"op": "kernel", **common, "kernel": name, "label": label, "specs": [entry(s) for s in shapes],
             "params": [entry(body[p].array_shape) for p in source.params], "rows": source.rows,
-            "parallel": source.parallel, "in_place": in_place, "dot": None}
+            "parallel": source.parallel, "in_place": in_place, "dot": None,
+            "leading": _leading(source, kind, shapes) if scan is None else 0}
     dot = source.dot
     if dot is not None:
         lhs, rhs = (body[o].array_shape for o in dot.operands)
@@ -174,6 +175,21 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
                        "row_blocked": source.row_blocked, "in_out": source.dot_in_out,
                        "row_slices": row_slices(body, dot) if source.row_blocked else None}
     return step
+
+
+def _leading(source, kind: str, shapes: list) -> int:
+    """How many rows of a loop kernel make one row of its one result, in order from the first
+    (a block of result rows is then a block of kernel rows: `runtime.program.fed`): 1 for a
+    loop nest over the result, the row's size for a flattened loop; 0 for any other kernel."""
+    if kind != "loop" or source.dot is not None or source.by_rows or len(shapes) != 1 or not shapes[0].dims:
+        return 0
+    dims = shapes[0].dims
+    row = 1
+    for d in dims[1:]:
+        row *= d
+    if source.flat:
+        return row if source.rows == dims[0] * row else 0
+    return 1 if source.rows == dims[0] else 0
 
 
 def _fill(module: Module, comp: Computation, inst: Instruction) -> dict | None:
