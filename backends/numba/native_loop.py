@@ -38,7 +38,7 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Computation, Op
 from xfuse.runtime import blas
 from xfuse.runtime.control import unshared
-from xfuse.runtime.products import macs
+from xfuse.runtime.products import HALF, macs
 from xfuse.runtime.program import Kernel, walk
 
 from . import cache
@@ -49,7 +49,6 @@ from .pipeline import DriverCompiler, KernelCompiler, callee_form
 from .emitter import clamp_text
 from .control import kernel_name, part
 
-HALF = ("float16", "bfloat16")
 # Products up to this many multiply-adds are small: BLAS's threads cost more than such a
 # product on these machines (16x256 by 256x256: 39 us on one thread, 0.3 ms with two BLAS
 # threads on a busy machine); larger ones go to BLAS through np.dot, with its threads.
