@@ -317,7 +317,7 @@ def fed(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) -> int
         return None
     (lc, _), (lb, _) = b["contracting"], b["batch"]
     if lb or len(dims) < 2 or list(b["lhs"]) != list(dims) or sorted(lc) != list(range(1, len(dims))) \
-            or a["rows"] != dims[0] * a["leading"] or b["dims"][0] != dims[0] or name != b["dtype"]:
+            or b["dims"][0] != dims[0] or name != b["dtype"]:
         return None
     if name in HALF or any(n in HALF for _, n in a["params"]):
         return None
@@ -438,10 +438,9 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     chain_at = {at for at in range(len(program["steps"])) if chained(program, at, own, kernels)}
     feeds = {}  # the dot's position: the kernel step feeding it (`fed`)
     for at in range(len(program["steps"])):
-        if at not in chain_at and at - 1 not in chain_at and at not in feeds:
-            to = fed(program, at, own, kernels)
-            if to is not None:
-                feeds[to] = at
+        to = fed(program, at, own, kernels)  # None for a chain's steps: an output fusion, a dot
+        if to is not None:
+            feeds[to] = at
     fed_at = set(feeds.values())
     for at, s in enumerate(program["steps"]):
         op, inputs, outputs = s["op"], tuple(s["inputs"]), tuple(s["outputs"])

@@ -9,6 +9,7 @@ toolchain.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -184,9 +185,7 @@ def _leading(source, kind: str, shapes: list) -> int:
     if kind != "loop" or source.dot is not None or source.by_rows or len(shapes) != 1 or not shapes[0].dims:
         return 0
     dims = shapes[0].dims
-    row = 1
-    for d in dims[1:]:
-        row *= d
+    row = math.prod(dims[1:])
     if source.flat:
         return row if source.rows == dims[0] * row else 0
     return 1 if source.rows == dims[0] else 0
