@@ -123,8 +123,8 @@ def tables(results: dict) -> str:
     meta, bandwidth = results["meta"], results["bandwidth"]
     processes = meta.get("processes", 1)
     lines = [
-        f"xfuse benchmarks, {meta['date']}, {meta['machine']['cpu']} "
-        f"({meta['machine']['cores']} cores), xfuse backend: {meta['xfuse_backend']}"
+        f"xfuse benchmarks, {meta['date']}, {_machine(meta['machine'])}, "
+        f"xfuse backend: {meta['xfuse_backend']}"
         + (", QUICK mode" if meta["quick"] else ""),
         "",
         "Median time per call; 'vs jax' is the speed-up over jax.jit (jax.jit time / engine "
@@ -167,6 +167,12 @@ def tables(results: dict) -> str:
         lines += ["", "Errors and wrong results:"]
         lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)
+
+
+def _machine(machine: dict) -> str:
+    """'AMD EPYC (2 cores, znver3, AVX2)': the core and vector extension where recorded."""
+    details = [f"{machine['cores']} cores", machine.get("core"), machine.get("simd")]
+    return f"{machine['cpu']} ({', '.join(d for d in details if d)})"
 
 
 def process_table(results: dict) -> str:

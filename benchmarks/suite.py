@@ -112,15 +112,30 @@ def median_process(runs: list[dict]) -> dict:
 
 
 def machine() -> dict:
-    model = platform.processor() or platform.machine()
+    """The CPU's model name, core count and platform, with the core as LLVM names it and its
+    widest vector extension: one model name ("AMD EPYC") covers hosts with and without
+    AVX-512, and the kernels and BLAS's speeds differ between them."""
+    model, flags = None, set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model is None:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
     except OSError:
         pass
-    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform()}
+    model = model or platform.processor() or platform.machine()
+    try:
+        from llvmlite import binding
+
+        core = binding.get_host_cpu_name()
+    except Exception:  # llvmlite missing or failing: the name is only informative
+        core = None
+    simd = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))
+                 if flag in flags), None)
+    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform(), "core": core,
+            "simd": simd}
 
 
 def _load_average() -> list[float] | None:

@@ -117,6 +117,13 @@ def test_the_suite_times_each_engine_in_several_processes_in_turns(tmp_path):
         times = row["engines"][engine]["process_times_s"]
         assert len(times) == 2 and row["engines"][engine]["time_s"] == min(times)
     assert "time per process" in done.stdout
+    # the machine line names the core and its vector extension, as /proc/cpuinfo has them
+    from benchmarks.report import _machine
+
+    machine = results["meta"]["machine"]
+    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+    assert machine["simd"] == ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else machine["simd"])
+    assert machine["core"] and _machine(machine) in done.stdout
 
 
 def test_speed_ups_between_fastest_processes_sit_beside_the_medians():

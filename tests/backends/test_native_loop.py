@@ -279,7 +279,11 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
 
     from xfuse.runtime import blas
 
-    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=8, hidden=64))  # 8x64 @ 64x64
+    from xfuse.backends.numba.native_loop import BLAS_DOT_MIN, SMALL_DOT
+
+    # 64x128 @ 128x128: past BLAS_DOT_MIN whatever the CPU, and small
+    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=64, hidden=128))
+    assert BLAS_DOT_MIN <= 64 * 128 * 128 <= SMALL_DOT
     xs[1, 2, 3], xs[2, 0, 0], xs[3, 1, 1], xs[4, 5, :] = np.nan, np.inf, -np.inf, -0.0
     with jax.enable_x64(dtype == np.float64):
         module = traced(rnn, xs, wx, wh, b)
@@ -307,6 +311,30 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
     for g, w in zip(got, want):
         assert g.dtype == dtype
         np.testing.assert_allclose(g, np.asarray(w), rtol=tol, atol=tol)  # NaN where jax has NaN
+
+
+@pytest.mark.parametrize("blas_dot_min", [1 << 12, 1 << 19])
+def test_where_small_products_go_follows_blas_dot_min(blas_dot_min, monkeypatch):
+    """BLAS_DOT_MIN depends on the CPU (AVX-512 or not); both settings are tried here whatever
+    the host: 8x64 @ 64x64 goes to BLAS at the first and to the driver's loops at the second,
+    and the results agree with jax.jit either way."""
+    import jax
+
+    from xfuse.backends.numba import native_loop
+
+    monkeypatch.setattr(native_loop, "BLAS_DOT_MIN", blas_dot_min)
+    xs, wx, wh, b = rnn_inputs(steps=6, batch=8, hidden=64)
+    xs[2, 1, 5] = np.nan
+    module = traced(rnn, xs, wx, wh, b)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    in_blas = 8 * 64 * 64 >= blas_dot_min
+    assert ("np.dot(" in driver.fn.source) == in_blas
+    assert ("small_matmul_t(" in driver.fn.source) == (not in_blas)
+    got = compile_module(module)([xs, wx, wh, b])
+    want = jax.tree_util.tree_leaves(jax.jit(rnn)(xs, wx, wh, b))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 def test_a_loop_with_a_large_product_keeps_its_small_ones_in_its_own_loops():
