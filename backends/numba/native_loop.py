@@ -4,9 +4,10 @@ generated `numba.njit` function that calls the kernels itself, so an iteration d
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
 dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's threads when large
 (`SMALL_DOT`); where every product of the loop is small, BLAS runs them on one thread, and
-those below `BLAS_DOT_MIN` (which depends on the CPU) run in the driver's own loops, as do the
-small ones of a loop that has a large one too. Other loops, and any loop numba fails to type on its first call,
-run in the runtime (`xfuse.runtime.control`); so do loops with a kernel large enough to split
+the tiniest (`BLAS_DOT_MIN`), and those of few rows where the CPU has no AVX-512
+(`BLAS_ROWS_MIN`), run in the driver's own loops, as do the small ones of a loop that has a
+large one too. Other loops, and any loop numba fails to type on its first call, run in the
+runtime (`xfuse.runtime.control`); so do loops with a kernel large enough to split
 its rows over threads, which the runtime does and a driver does not (and where a step's
 Python overhead is small beside its work).
 
@@ -54,17 +55,20 @@ from .control import kernel_name, part
 # product on these machines (16x256 by 256x256: 39 us on one thread, 0.3 ms with two BLAS
 # threads on a busy machine); larger ones go to BLAS through np.dot, with its threads.
 SMALL_DOT = 1 << 22
-# In a driver whose products are all small, those from BLAS_DOT_MIN multiply-adds go to BLAS
-# too (np.dot), with BLAS set to one thread while the driver runs (`blas.single_threaded`).
-# Where numba compiles for AVX-512 (znver4 here), a call costs about 0.1 us more than the
-# driver's own loops and BLAS's kernels are faster from 2**12 on (float32, one thread: 8x256
-# by 256x256 in 9.6 us against 16.5 us for `small_matmul_t`, 4x32 by 32x32 in 0.13 us against
-# 0.29; 1x16 by 16x16 in 0.10 us against 0.04). On an AVX2 EPYC here (OpenBLAS runs its
-# Haswell kernels on both), the driver's loops are faster up to 2**19: 8x256 by 256x256 in
-# 17 us against 45 us for numba's np.dot, 16x64 by 64x64 in 2.7 against 4.4, 32x128 by
-# 128x128 in 23 us each, 64x256 by 256x256 in 181 us against 139. Where a driver has a large
-# product too, BLAS keeps its threads for it, and the small ones stay in the driver's loops.
-BLAS_DOT_MIN = 1 << 12 if AVX512 else 1 << 19
+# In a driver whose products are all small, those from BLAS_DOT_MIN multiply-adds and
+# BLAS_ROWS_MIN rows go to BLAS too (np.dot), with BLAS set to one thread while the driver runs
+# (`blas.single_threaded`). Where numba compiles for AVX-512 (znver4 here), a call costs about
+# 0.1 us more than the driver's own loops and BLAS's kernels are faster from 2**12 on (float32,
+# one thread: 8x256 by 256x256 in 9.6 us against 16.5 us for `small_matmul_t`, 4x32 by 32x32
+# in 0.13 us against 0.29; 1x16 by 16x16 in 0.10 us against 0.04). On an AVX2 EPYC here
+# (OpenBLAS runs its Haswell kernels on both), BLAS is slow for a few rows: the driver's loops
+# are faster up to 32 rows (8x256 by 256x256 in 15-17 us against 38-45 us for numba's np.dot,
+# 16x512 by 512x512 in 140 us against 198, 32x256 by 256x256 in 63 against 73) and slower from
+# 64 (64x128 by 128x128 in 37 us against 29, 64x256 by 256x256 in 123 against 107). Where a
+# driver has a large product too, BLAS keeps its threads for it, and the small ones stay in
+# the driver's loops.
+BLAS_DOT_MIN = 1 << 12
+BLAS_ROWS_MIN = 1 if AVX512 else 64
 
 
 ALIASES = ("tuple", "element", "reshape")
@@ -281,7 +285,7 @@ class _Writer:
         (m, k), n = d["lhs"], d["rhs"][1]
         if m * n * k > SMALL_DOT:
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
-        elif self.one_thread and m * n * k >= BLAS_DOT_MIN:
+        elif self.one_thread and m * n * k >= BLAS_DOT_MIN and m >= BLAS_ROWS_MIN:
             self.blas_dots += 1
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
         elif rhs in self.invariant:

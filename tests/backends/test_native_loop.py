@@ -271,7 +271,7 @@ def test_branches_inside_a_loop_run_natively():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeypatch):
-    """Products past BLAS_DOT_MIN in a loop whose products are all small go to BLAS (np.dot),
+    """Products past BLAS_DOT_MIN (and BLAS_ROWS_MIN) in a loop whose products are all small go to BLAS (np.dot),
     which runs on one thread while the driver runs; special values flow as in jax.jit."""
     import contextlib
 
@@ -279,11 +279,11 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
 
     from xfuse.runtime import blas
 
-    from xfuse.backends.numba.native_loop import BLAS_DOT_MIN, SMALL_DOT
+    from xfuse.backends.numba.native_loop import BLAS_DOT_MIN, BLAS_ROWS_MIN, SMALL_DOT
 
-    # 64x128 @ 128x128: past BLAS_DOT_MIN whatever the CPU, and small
+    # 64x128 @ 128x128: past BLAS_DOT_MIN and BLAS_ROWS_MIN whatever the CPU, and small
     xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=64, hidden=128))
-    assert BLAS_DOT_MIN <= 64 * 128 * 128 <= SMALL_DOT
+    assert BLAS_DOT_MIN <= 64 * 128 * 128 <= SMALL_DOT and BLAS_ROWS_MIN <= 64
     xs[1, 2, 3], xs[2, 0, 0], xs[3, 1, 1], xs[4, 5, :] = np.nan, np.inf, -np.inf, -0.0
     with jax.enable_x64(dtype == np.float64):
         module = traced(rnn, xs, wx, wh, b)
@@ -313,22 +313,22 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
         np.testing.assert_allclose(g, np.asarray(w), rtol=tol, atol=tol)  # NaN where jax has NaN
 
 
-@pytest.mark.parametrize("blas_dot_min", [1 << 12, 1 << 19])
-def test_where_small_products_go_follows_blas_dot_min(blas_dot_min, monkeypatch):
-    """BLAS_DOT_MIN depends on the CPU (AVX-512 or not); both settings are tried here whatever
-    the host: 8x64 @ 64x64 goes to BLAS at the first and to the driver's loops at the second,
-    and the results agree with jax.jit either way."""
+@pytest.mark.parametrize("rows_min", [1, 64])
+def test_where_small_products_go_follows_the_cpus_rule(rows_min, monkeypatch):
+    """BLAS_ROWS_MIN depends on the CPU (1 with AVX-512, 64 without); both settings are tried
+    here whatever the host: 8x64 @ 64x64 goes to BLAS at the first and to the driver's loops at
+    the second, and the results agree with jax.jit either way."""
     import jax
 
     from xfuse.backends.numba import native_loop
 
-    monkeypatch.setattr(native_loop, "BLAS_DOT_MIN", blas_dot_min)
+    monkeypatch.setattr(native_loop, "BLAS_ROWS_MIN", rows_min)
     xs, wx, wh, b = rnn_inputs(steps=6, batch=8, hidden=64)
     xs[2, 1, 5] = np.nan
     module = traced(rnn, xs, wx, wh, b)
     lowered, drivers = drivers_of(module)
     (driver,) = drivers.values()
-    in_blas = 8 * 64 * 64 >= blas_dot_min
+    in_blas = rows_min <= 8
     assert ("np.dot(" in driver.fn.source) == in_blas
     assert ("small_matmul_t(" in driver.fn.source) == (not in_blas)
     got = compile_module(module)([xs, wx, wh, b])
