@@ -1,8 +1,8 @@
 """Products: a dot_general as BLAS matrix products (`dot_plan`, `make_dot`, `dot_run`), and
 where they run (`matmul`): numpy's BLAS with its own threads, or xfuse's threads with BLAS on
 one thread in each, a block of the batch, of the rows or of the columns each, through oneDNN
-for large float32 products where it is installed. Also the dtypes programs name (`dtype`,
-`compute_dtype`). Imports numpy and the standard library only.
+for large float32 products where it is installed and the CPU has AVX-512. Also the dtypes
+programs name (`dtype`, `compute_dtype`). Imports numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -82,18 +82,21 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     by rows, and 11.8 ms in OpenBLAS's own two threads).
 
     A float32 product of matrices (not vectors) with at least `ONEDNN_MIN` multiply-adds runs
-    in xfuse's threads whatever `own` says, each block through oneDNN on one thread, where
-    oneDNN is installed (`onednn`) and `XFUSE_SPLIT_PRODUCTS` is not 0: softmax_relu's
-    4096x256 @ 256x1024 took 10.0-10.6 ms so, against 11.7-12.6 ms in OpenBLAS's two threads
-    and 11.4-11.9 ms in XLA's."""
+    in xfuse's threads whatever `own` says, where `XFUSE_SPLIT_PRODUCTS` is not 0, each block
+    through oneDNN on one thread where it is installed and preferred (`onednn.preferred`: the
+    CPU has AVX-512), else through OpenBLAS on one thread: softmax_relu's 4096x256 @ 256x1024
+    took 10.0-10.6 ms so on znver4, against 11.7-12.6 ms in OpenBLAS's two threads and
+    11.4-11.9 ms in XLA's; on an AVX2 EPYC, gelu's 256x1024 @ 1024x4096 took 17.3-17.7 ms
+    with OpenBLAS in each thread, 17.3-21.0 ms in OpenBLAS's two threads and 21-36 ms with
+    oneDNN in each thread (separate processes)."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
     m, n = a3.shape[-2], b3.shape[-1]
     macs = a3.size * n  # B * M * K * N
     big = blas.ENABLED and work == _F32 and m > 1 and macs >= ONEDNN_MIN
-    sgemm = onednn.sgemm() if big else None
-    if not own and sgemm is None:
+    sgemm = onednn.sgemm() if big and onednn.preferred() else None
+    if not own and not big:
         _numpy_product(a3, b3, o)
         return
     with blas.single_threaded():

@@ -187,6 +187,7 @@ def _spy(monkeypatch, sgemm) -> list:
 def test_large_float32_products_go_to_onednn_in_xfuses_threads(monkeypatch, two_threads, sgemm,
                                                                 a_shape, b_shape, via_onednn):
     monkeypatch.setattr(prog, "ONEDNN_MIN", prog.SPLIT_PRODUCT_MIN)  # small shapes stand in
+    monkeypatch.setattr(onednn, "preferred", lambda: True)  # as on an AVX-512 CPU
     rng = np.random.default_rng(3)
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal(b_shape).astype(np.float32)
@@ -204,6 +205,53 @@ def test_large_float32_products_go_to_onednn_in_xfuses_threads(monkeypatch, two_
         assert calls == []
     scale = np.abs(a).clip(max=1e3).sum(-1, keepdims=True) * np.abs(b).max()
     assert_close(out, want, DType.F32, "product", ACCUMULATION, scale=np.broadcast_to(scale, out.shape))
+
+
+def test_without_avx512_large_products_split_over_xfuses_threads_through_openblas(monkeypatch, two_threads,
+                                                                                   sgemm):
+    # where oneDNN is not preferred (no AVX-512), the same products still run in xfuse's
+    # threads, a block in each, through numpy's BLAS on one thread: no oneDNN call
+    from xfuse.runtime import blas
+
+    monkeypatch.setattr(prog, "ONEDNN_MIN", prog.SPLIT_PRODUCT_MIN)
+    monkeypatch.setattr(onednn, "preferred", lambda: False)
+    calls = _spy(monkeypatch, sgemm)
+    seen = []
+    numpy_product = prog._numpy_product
+
+    def spy(a, b, out):
+        seen.append((threading.get_ident(), blas.threads(), a.shape, b.shape))
+        numpy_product(a, b, out)
+
+    monkeypatch.setattr(prog, "_numpy_product", spy)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((512, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 256)).astype(np.float32)
+    a[3, 5], b[7, 1] = np.nan, -np.inf
+    out = np.empty((512, 256), np.float32)
+    prog.matmul(a, b, out, np.dtype(np.float32), own=False)
+    assert calls == []
+    assert len(seen) == 2 and len({ident for ident, _, _, _ in seen}) == 2
+    assert all(counts == [1] * len(counts) for _, counts, _, _ in seen)  # BLAS on one thread
+    with np.errstate(invalid="ignore"):
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+    scale = np.abs(a).clip(max=1e3).sum(-1, keepdims=True) * np.abs(b).clip(max=1e3).max()
+    assert_close(out, want, DType.F32, "product", ACCUMULATION, scale=np.broadcast_to(scale, out.shape))
+
+
+@pytest.mark.parametrize("setting, expected", [("0", False), ("1", True), ("/no/such/libdnnl.so.3", True),
+                                               ("", None)])
+def test_preferred_follows_the_setting_then_the_cpu(setting, expected):
+    code = "from xfuse.runtime import onednn; print(onednn.preferred())"
+    env = {k: v for k, v in os.environ.items() if k != "XFUSE_ONEDNN"}
+    if setting:
+        env["XFUSE_ONEDNN"] = setting
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    if expected is None:  # unset: whether the CPU has AVX-512
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+        expected = "avx512f" in flags
+    assert out.stdout.strip() == str(expected)
 
 
 def test_float64_products_stay_with_numpy(monkeypatch, two_threads, sgemm):
