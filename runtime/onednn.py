@@ -24,6 +24,7 @@ standard library and numpy only.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -126,8 +127,10 @@ def sgemm() -> Callable | None:
     return _loaded[0]
 
 
+@functools.cache
 def _has_avx512() -> bool:
-    """Whether /proc/cpuinfo lists avx512f for the first CPU (False where it cannot be read)."""
+    """Whether /proc/cpuinfo lists avx512f for the first CPU (False where it cannot be read);
+    read once."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -138,18 +141,13 @@ def _has_avx512() -> bool:
     return False
 
 
-_avx512: list[bool] = []  # once looked at
-
-
 def preferred() -> bool:
     """Whether large float32 products should go to oneDNN (`products.matmul`): where the CPU
     has AVX-512, or where `XFUSE_ONEDNN` asks for it (1 or a path); never where it is 0."""
     setting = os.environ.get("XFUSE_ONEDNN", "")
     if setting:
         return setting != "0"
-    if not _avx512:
-        _avx512.append(_has_avx512())
-    return _avx512[0]
+    return _has_avx512()
 
 
 def loaded() -> bool:

@@ -271,8 +271,9 @@ def test_branches_inside_a_loop_run_natively():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeypatch):
-    """Products past BLAS_DOT_MIN (and BLAS_ROWS_MIN) in a loop whose products are all small go to BLAS (np.dot),
-    which runs on one thread while the driver runs; special values flow as in jax.jit."""
+    """Products past BLAS_DOT_MIN and BLAS_ROWS_MIN in a loop whose products are all small go
+    to BLAS (np.dot), which runs on one thread while the driver runs; special values flow as
+    in jax.jit."""
     import contextlib
 
     import jax
