@@ -233,7 +233,13 @@ def _dot_general(c: Context) -> str:
     numbers = f"(({_ints(lc)}, {_ints(rc)}), ({_ints(lb)}, {_ints(rb)}))"
     lhs, rhs = c.args
     if not c.dtype.is_float:
-        return f"lax.dot_general({lhs}, {rhs}, {numbers}, preferred_element_type={DTYPE_TEXT[c.dtype]})"
+        # Narrower integer operands are widened to the result's type first: the sum wraps the
+        # same way, and XLA:GPU's s8 x s8 = s32 product gave twice the sum over 5 terms (an
+        # H200, jax 0.11.2)
+        wide = DTYPE_TEXT[c.dtype]
+        lhs, rhs = (x if s.dtype is c.dtype else f"lax.convert_element_type({x}, {wide})"
+                    for x, s in zip((lhs, rhs), c.operand_shapes))
+        return f"lax.dot_general({lhs}, {rhs}, {numbers}, preferred_element_type={wide})"
     # HIGHEST: f32 products in f32 (a GPU's default would use tf32); half results accumulate
     # in f32 and round once, as the reference's f64 sum rounded once is best approximated.
     # Half operands are widened first, for a half or an f32 result (preferred_element_type):

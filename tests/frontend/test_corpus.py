@@ -1167,11 +1167,23 @@ XLA_OFF = {
     "(it is -88.72; jax 0.10 reads the input as 0 and gives -inf)",
     "unary_math['log_abs']": "the same, and of the subnormal 2**-127 (-88.03)",
 }
-# The same where jax.jit runs on a GPU (seen on an H200, jax 0.11.2); xfuse's jax backend, its
-# code compiled by XLA:GPU too, was right.
+# The same where jax.jit runs on a GPU (seen on an H200, jax 0.11.2). xfuse's jax backend, its
+# code compiled by XLA:GPU too, is held to the reference there as well.
 XLA_GPU_OFF = {
     "conv_forms['padded_dilated']": "XLA:GPU's convolution gives NaN at outputs whose windows hold "
     "no NaN or infinity (0.1772 at [1, 0, 1, 0]) when other windows of the input hold some",
+    "float_conversions['bf16_to_f16']": "XLA:GPU skips the rounding to bf16 on the way to f16 "
+    "(172.4 for 172.4 where bf16 holds 172; --xla_allow_excess_precision, on by default)",
+    "float_conversions['f16_round_trip']": "XLA:GPU skips the rounding to f16 between two f32 "
+    "values (--xla_allow_excess_precision, on by default)",
+    "float_modulo['divide']": "XLA:GPU divides f32 to within an ulp, not correctly rounded",
+    "float_modulo['floor_divide']": "the same division, then its floor",
+    "integer_matmul['i8_to_i32']": "XLA:GPU's i8 x i8 = s32 product over 5 terms gives twice the "
+    "sum (over 8, 16, 64 or 256 it is right); xfuse's jax backend widens the operands first",
+    **{output: "duplicate indices: XLA:GPU applies the first update of a duplicate index, XLA:CPU "
+       "the last (jax leaves the order of conflicting updates to the implementation)"
+       for output in ("scatter_at_ops['set']", "scatter_at_ops_int32['set']",
+                      "scatter_modes['set_clip']", "scatter_points[1]", "scatter_points[2]")},
 }
 
 
@@ -1181,14 +1193,15 @@ def _xla_off() -> dict[str, str]:
 
 def _unless_off(c: Case, got: np.ndarray, k: int, args: tuple, flushed_args: tuple | None):
     """`got` (jax.jit's output `k`), with the reference's value where it is neither that nor
-    the reference's on flushed inputs."""
+    the reference's on flushed inputs (to the bit for an exact case)."""
     reference = _jitted(c.name, "reference")[1]
     results = [np.asarray(jax.tree.leaves(reference(*inputs, **c.static))[k])
                for inputs in ((args, flushed_args) if flushed_args is not None else (args,))]
     wide = got.astype(np.float64)
     right = np.zeros(got.shape, bool)
     for r in results:
-        right |= np.isclose(wide, r.astype(np.float64), rtol=1e-6, atol=0, equal_nan=True)
+        right |= np.isclose(wide, r.astype(np.float64), rtol=0 if c.tolerance is EXACT else 1e-6,
+                            atol=0, equal_nan=True)
     return np.where(right, got, results[0])
 
 
