@@ -223,9 +223,10 @@ class _Writer:
                 self.conditional(step, ins, var(step["outputs"][0]), constants, indent)
             elif step["op"] == "kernel":
                 name = f"kernel_{len(self.used)}"
-                self.used[name] = self.kernels[step["kernel"]]
-                body = self.bodies.get(step["kernel"])
-                self.identity.append(f"{name}: {_digest(str(body)) if body is not None else None}")
+                self.used[name] = kernel = self.kernels[step["kernel"]]
+                # the kernel's key (compile.compile_kernel): loops that repeat a computation
+                # under other names share their kernels, so their drivers are compiled once
+                self.identity.append(f"{name}: {getattr(kernel.fn, '_xfuse_key', None)}")
                 packed = len(step["specs"]) > 1
                 outs = [f"{var(step['outputs'][0])}_{k}" if packed else var(step["outputs"][k])
                         for k in range(len(step["specs"]))]
@@ -344,8 +345,8 @@ class _Writer:
         """A kernel of its own for part of a fusion, compiled now."""
         source = write_kernel(part, kernel_name(part.name), "loop")
         name = f"kernel_{len(self.used)}"
-        self.used[name] = Kernel(compile_kernel(source), settle)
-        self.identity.append(f"{name}: {_digest(source.source)}")
+        self.used[name] = Kernel(fn := compile_kernel(source), settle)
+        self.identity.append(f"{name}: {fn._xfuse_key}")
         self.emit(indent, f"{name}({_int(0)}, {_int(source.rows)}, {', '.join(args)})")
 
 

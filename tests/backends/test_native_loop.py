@@ -86,6 +86,35 @@ def test_a_loop_with_a_matrix_product_runs_natively():
     np.testing.assert_allclose(got, np.linalg.matrix_power(m, 3), rtol=1e-5, atol=1e-6)
 
 
+def test_loops_that_repeat_a_computation_compile_their_kernels_and_driver_once(tmp_path, monkeypatch):
+    """Three loops the same but for their names (as jax.random.gamma's sampler is, once for each
+    gamma): one driver, and one compiled kernel for each text; the results stay each loop's own.
+    A fourth loop computing otherwise (another constant) gets kernels and a driver of its own."""
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
+
+    def loop(x, scale):
+        return lax.fori_loop(0, 4, lambda i, c: jnp.tanh(c * scale + i.astype(c.dtype)), x)
+
+    def four(a, b, c):
+        return loop(a, 1.5), loop(b, 1.5), loop(c, 1.5), loop(a, 0.5)
+
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    args = (x, x[::-1].copy(), -x)
+    module = traced(four, *args)
+    lowered, drivers = drivers_of(module)
+    loops = [s for s in walk(lowered.program) if s["op"] == "while"]
+    assert len(loops) == 4 and all("native" in s for s in loops)
+    assert len({s["native"] for s in loops}) == 2 and len(drivers) == 2
+    made = {}
+    for name, source in lowered.kernels.items():
+        made.setdefault(compile_kernel(source), []).append(name)
+    assert len(made) < len(lowered.kernels)
+    assert any(len(names) == 3 for names in made.values())
+    got = compile_module(module)(list(args))
+    for g, want in zip(got, interpret(module, *args)):
+        np.testing.assert_allclose(g, want, rtol=2e-6, atol=1e-6)
+
+
 def test_a_loop_with_a_batched_product_stays_with_the_runtime():
     def batched_power(m):
         return lax.fori_loop(0, 3, lambda i, p: jnp.einsum("bij,bjk->bik", p, m), m)
