@@ -103,12 +103,12 @@ def _in_place_twin(source: KernelSource) -> str:
 _MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def unnamed_key(source: KernelSource) -> str:
-    """What `source` computes, as a key: its text with its name replaced (the name as a whole
-    word, or inside the in-place twin's name) and the arrays it reads."""
+def unnamed_key(source: KernelSource, text: str) -> str:
+    """What `source` (whose `full_text` is `text`) computes, as a key: its text with its name
+    replaced (the name as a whole word, or inside the in-place twin's name) and the arrays it
+    reads."""
     name = re.compile(rf"(?<![A-Za-z0-9]){re.escape(source.name)}(?![A-Za-z0-9])")
-    text = name.sub(lambda _: "\0", full_text(source))  # NUL: in no identifier
-    return cache.kernel_key(text, source.globals)
+    return cache.kernel_key(name.sub(lambda _: "\0", text), source.globals)  # NUL: in no identifier
 
 
 def compile_kernel(source: KernelSource):
@@ -117,17 +117,17 @@ def compile_kernel(source: KernelSource):
     kernel that computes the same (`unnamed_key`), whatever its name. Its `_xfuse_key` is the
     key of the text it was made from, name included, as its cache entry is: a native loop's
     driver, keyed by its kernels', refers to their cached modules by that key."""
-    made = (unnamed_key(source), str(cache.cache_dir()))  # kept where the cache of its time says
+    text = full_text(source)
+    made = (unnamed_key(source, text), str(cache.cache_dir()))  # kept where the cache of its time says
     fn = _MADE.get(made)
     if fn is None:
-        fn = _compile_kernel(source)
-        fn._xfuse_key = cache.kernel_key(full_text(source), source.globals)
+        fn = _compile_kernel(source, text)
+        fn._xfuse_key = cache.kernel_key(text, source.globals)
         _MADE[made] = fn
     return fn
 
 
-def _compile_kernel(source: KernelSource):
-    text = full_text(source)
+def _compile_kernel(source: KernelSource, text: str):
     _record_new_overloads()
     entry = cache.open_entry(source.name, text, source.globals)
     if entry is not None:
