@@ -123,15 +123,22 @@ def _prepare_xfuse(workload: Workload, inputs: tuple, backend: str | None) -> Pr
 
     # Library set-up, once per process, is not compile time: jax's (its backend, as the jax
     # engine's device_put does before its clock starts, and its first trace), xfuse's imports
-    # and numba's.
+    # (the backend's modules too, loaded on first use, and the scan of installed plugins) and
+    # numba's. Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), importing the numba
+    # backend's modules parses them, some 0.1 s that an installed package does not pay.
     startup = time.perf_counter()
     jax.block_until_ready(jax.device_put(0.0))
     jax.make_jaxpr(lambda a: a * 2.0)(1.0)
     xfuse.jit(lambda a: a * 2.0).lower(np.float32(1.0))  # imports xfuse's frontend
+    from xfuse.backends.registry import REGISTRY
+    from xfuse.compiler import check_backend
+
+    REGISTRY.get(check_backend(backend))
     if backend in (None, "numba"):
         from xfuse.backends import numba as numba_backend
 
         numba_backend.initialize()
+        assert numba_backend.compile_module  # the attribute imports the backend's modules
     base = current_rss()
     start = time.perf_counter()
     jitted = xfuse.jit(workload.jax_fn, backend=backend)

@@ -62,14 +62,21 @@ else:
 
 
 @_inline
-def _exp_upto90_f32(x):
-    """e**x for x <= 90 or NaN: exp_f32 without its upper clamp."""
+def _exp_parts_f32(x):
+    """(e**r, k) for x = k ln2 + r, x clamped below at -110 (e**-110 rounds to 0)."""
     x = F32(-110.0) if x < F32(-110.0) else x  # the ternaries keep NaN
     t = _fma(x, _LOG2E_F32, _MAGIC_F32)
     n = t - _MAGIC_F32
     r = _fma(n, -_LN2_HI_F32, x)
     r = _fma(n, -_LN2_LO_F32, r)
-    return _scale_f32(_exp_poly_f32(r), _exponent_f32(t))
+    return _exp_poly_f32(r), _exponent_f32(t)
+
+
+@_inline
+def _exp_upto90_f32(x):
+    """e**x for x <= 90 or NaN: exp_f32 without its upper clamp."""
+    p, k = _exp_parts_f32(x)
+    return _scale_f32(p, k)
 
 
 @_inline
@@ -183,14 +190,43 @@ def tanh_f32(x):
     x = F32(x)
     a = abs(x)
     a = F32(10.0) if a > F32(10.0) else a  # tanh(10) rounds to 1
-    t = _expm1_mid_f32(a + a)
-    return math.copysign(_div(t, t + F32(2.0)), x)
+    # expm1(2a) as _expm1_mid_f32, without its test for tiny arguments: for 2a >= 0 below
+    # 2**-25 the reduction leaves r = 2a, and r + r**2 * P(r) rounds to r.
+    e, k = _expm1_reduce_f32(a + a)
+    s = _pow2_f32(k)
+    t = _fma(s, e, s - F32(1.0))
+    q = _div(t, t + F32(2.0))  # its sign bit is clear, a NaN's too (a's sign went)
+    return _float32(I32(_bits32(q) | (_bits32(x) & I32(-0x80000000))))
+
+
+if SCALEF:
+
+    @_inline
+    def _scale_down_f32(p, k):
+        """p * 2**k for k in [-188, 63], rounded once."""
+        return _ldexp(p, k)
+
+else:
+
+    @_inline
+    def _scale_down_f32(p, k):
+        """p * 2**k for k in [-188, 63], rounded once: the first factor is exact (a normal
+        number), so the second rounds. Half the integer work of `_scale_f32`, whose range
+        needs the exponent split in two."""
+        return p * _pow2_f32(I32(k + 63)) * F32(2.0**-63)
+
+
+@_inline
+def _exp_neg_f32(x):
+    """e**x for x <= 0 or NaN, bit for bit as exp_f32 (logistic's argument): k <= 0."""
+    p, k = _exp_parts_f32(x)
+    return _scale_down_f32(p, k)
 
 
 @_inline
 def logistic_f32(x):
     x = F32(x)
-    e = _exp_upto90_f32(-abs(x))
+    e = _exp_neg_f32(-abs(x))
     return _div(F32(1.0) if x >= F32(0.0) else e, F32(1.0) + e)
 
 
