@@ -362,6 +362,19 @@ static inline float xf_exp_upto90_f32(float x) {
 
 static inline float exp_f32(float x) { return xf_exp_upto90_f32(x > 90.0f ? 90.0f : x); }
 
+/* p * 2**k for k in [-188, 63], rounded once: the first factor is exact (a normal number). */
+static inline float xf_scale_down_f32(float p, int32_t k) { return p * xf_pow2_f32(k + 63) * 0x1p-63f; }
+
+/* e**x for x <= 0 or NaN, bit for bit as exp_f32 (k <= 0: one exponent offset suffices). */
+static inline float exp_nonpositive_f32(float x) {
+    x = x < -110.0f ? -110.0f : x;
+    float t = xf_fma_f32(x, XF_LOG2E_F32, XF_MAGIC_F32);
+    float n = t - XF_MAGIC_F32;
+    float r = xf_fma_f32(n, -XF_LN2_HI_F32, x);
+    r = xf_fma_f32(n, -XF_LN2_LO_F32, r);
+    return xf_scale_down_f32(xf_exp_poly_f32(r), xf_bits32(t) - xf_bits32(XF_MAGIC_F32));
+}
+
 static inline float exp2_f32(float x) {
     x = x > 130.0f ? 130.0f : x;
     x = x < -160.0f ? -160.0f : x;
@@ -467,7 +480,7 @@ static inline float tanh_f32(float x) {
 }
 
 static inline float logistic_f32(float x) {
-    float e = xf_exp_upto90_f32(-fabsf(x));
+    float e = exp_nonpositive_f32(-fabsf(x));
     return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 

@@ -205,6 +205,8 @@ class Emitter:
             ln2 = literal(float(np.asarray(np.log(2.0), operand_dtype.numpy)), out)
             product = self.narrow(f"{T}({ln2} * {a[0]})", out)
             return f"{T}(mathlib.exp_{self.variant(cd)}({product}))"
+        if op is Op.EXP and self.variant(cd) == "f32" and self.shifted_by_its_max(inst.operands[0]):
+            return f"{T}(mathlib.exp_nonpositive_f32({a[0]}))"
         if op in UNARY_FLOAT_LIB:
             return f"{T}(mathlib.{UNARY_FLOAT_LIB[op]}_{self.variant(cd)}({a[0]}))"
         if op is Op.ATAN2:
@@ -248,6 +250,25 @@ class Emitter:
         if op is Op.BITCAST_CONVERT:
             return bitcast_text(a[0], operand_dtype, out)
         raise NotImplementedError(f"the numba backend has no code for {op} ({inst.name})")
+
+    def shifted_by_its_max(self, name: str) -> bool:
+        """Whether member `name` is `x - broadcast(reduce_max(x))`, the max taken over the axes
+        the broadcast adds back (softmax's shift): at most 0 everywhere, or NaN, since each
+        element's max covers the element itself. Its exp needs no upper clamp and scales by
+        2**k with k <= 0 (`mathlib.exp_nonpositive_f32`)."""
+        sub = self.comp[name]
+        if sub.op is not Op.SUB:
+            return False
+        x, shifted = sub.operands
+        spread = self.comp[shifted]
+        if spread.op is not Op.BROADCAST_IN_DIM:
+            return False
+        peak = self.comp[spread.operands[0]]
+        if peak.op is not Op.REDUCE_MAX or peak.operands[0] != x:
+            return False
+        rank = len(sub.array_shape.dims)
+        kept = [d for d in range(rank) if d not in peak.attr("axes")]
+        return list(spread.attr("dims")) == kept and self.comp[x].array_shape.dims == sub.array_shape.dims
 
     def variant(self, dtype: DType) -> str:
         return "f64" if dtype is DType.F64 else "f32"

@@ -84,6 +84,32 @@ def test_max_and_min_keep_the_sign_of_zero():
     np.testing.assert_array_equal(np.signbit(mn), [True, True, True, True])
 
 
+SHIFTS = {  # name: (fn, whether its exp's argument is x - max(x) over the axis it spreads back on)
+    "softmax": (lambda x: jax.nn.softmax(x, axis=-1), True),
+    "shift_by_own_max": (lambda x: jnp.exp(x - jnp.max(x, axis=1, keepdims=True)), True),
+    "shift_by_own_column_max": (lambda x: jnp.exp(x - jnp.max(x, axis=0)[None, :]), True),
+    "max_of_another_row": (lambda x: jnp.exp(x - jnp.max(x, axis=1)[None, :]), False),
+    "max_of_other_array": (lambda x: jnp.exp(x - jnp.max(x * 0.5, axis=1, keepdims=True)), False),
+}
+
+
+@pytest.mark.parametrize("name", list(SHIFTS))
+def test_exp_of_a_shift_by_the_rows_max_uses_the_nonpositive_exp(name):
+    """x - max(x), the max over the axes its broadcast adds back, is at most 0 (or NaN), and
+    its exp is `exp_nonpositive_f32`, exp_f32 bit for bit there. The max of another row (spread
+    on the wrong axis) or of another array leaves positive arguments (up to 80 here, past the nonpositive exp's range),
+    which keep exp_f32."""
+    fn, nonpositive = SHIFTS[name]
+    x = rows_with_specials(np.float32, shape=(48, 48))
+    x[10:20] *= 40.0  # arguments far from 0 (exp over/underflows)
+    compiled = xfuse.jit(fn).lower(x).compile()
+    assert ("exp_nonpositive_f32" in compiled.kernel_source()) == nonpositive
+    got = np.asarray(compiled(x))
+    want = np.asarray(xfuse.jit(fn, backend="reference")(x))
+    assert_close(got, want, DType.F32, name, TRANSCENDENTAL)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(np.asarray(jax.jit(fn)(x))))
+
+
 @pytest.mark.parametrize("name", ["max_f32", "min_f32"])
 def test_float32_keys_stay_32_bits_wide(name):
     """numba widens int32 arithmetic to int64; the f32 extremes cast their keys back, so the

@@ -1,5 +1,6 @@
 """Branch-free scalar math for numba kernels: `<name>_f32` and `<name>_f64` for exp, exp2, expm1,
-log, log1p, tanh, logistic, erf, erfc, sin, cos, tan, atan, atan2, cbrt, pow and rsqrt.
+log, log1p, tanh, logistic, erf, erfc, sin, cos, tan, atan, atan2, cbrt, pow and rsqrt, and
+`exp_nonpositive_f32`: exp_f32 bit for bit where x <= 0, with less integer work.
 
 numba from PyPI has no SVML, so `np.exp` in a loop is a scalar libm call that stops LLVM from
 vectorising the loop. These are polynomials, selects (ternaries LLVM turns into blends) and
@@ -42,12 +43,12 @@ from __future__ import annotations
 
 
 from .f32 import (
-    atan2_f32, atan_f32, cbrt_f32, cos_f32, erf_f32, erfc_f32, exp2_f32, exp_f32, expm1_f32,
-    log1p_f32, log_f32, logistic_f32, pow_f32, rsqrt_f32, sin_f32, tan_f32, tanh_f32,
+    atan2_f32, atan_f32, cbrt_f32, cos_f32, erf_f32, erfc_f32, exp2_f32, exp_f32, exp_nonpositive_f32,
+    expm1_f32, log1p_f32, log_f32, logistic_f32, pow_f32, rsqrt_f32, sin_f32, tan_f32, tanh_f32,
 )
 from .f64 import (
     atan2_f64, atan_f64, cbrt_f64, cos_f64, erf_f64, erfc_f64, exp2_f64, exp_f64, expm1_f64,
     log1p_f64, log_f64, logistic_f64, pow_f64, rsqrt_f64, sin_f64, tan_f64, tanh_f64,
 )
 
-__all__ = ["atan2_f32", "atan2_f64", "atan_f32", "atan_f64", "cbrt_f32", "cbrt_f64", "cos_f32", "cos_f64", "erf_f32", "erf_f64", "erfc_f32", "erfc_f64", "exp2_f32", "exp2_f64", "exp_f32", "exp_f64", "expm1_f32", "expm1_f64", "log1p_f32", "log1p_f64", "log_f32", "log_f64", "logistic_f32", "logistic_f64", "pow_f32", "pow_f64", "rsqrt_f32", "rsqrt_f64", "sin_f32", "sin_f64", "tan_f32", "tan_f64", "tanh_f32", "tanh_f64"]
+__all__ = ["atan2_f32", "atan2_f64", "atan_f32", "atan_f64", "cbrt_f32", "cbrt_f64", "cos_f32", "cos_f64", "erf_f32", "erf_f64", "erfc_f32", "erfc_f64", "exp2_f32", "exp2_f64", "exp_f32", "exp_f64", "exp_nonpositive_f32", "expm1_f32", "expm1_f64", "log1p_f32", "log1p_f64", "log_f32", "log_f64", "logistic_f32", "logistic_f64", "pow_f32", "pow_f64", "rsqrt_f32", "rsqrt_f64", "sin_f32", "sin_f64", "tan_f32", "tan_f64", "tanh_f32", "tanh_f64"]

@@ -217,16 +217,17 @@ else:
 
 
 @_inline
-def _exp_neg_f32(x):
-    """e**x for x <= 0 or NaN, bit for bit as exp_f32 (logistic's argument): k <= 0."""
-    p, k = _exp_parts_f32(x)
+def exp_nonpositive_f32(x):
+    """e**x for x <= 0 or NaN, bit for bit as exp_f32 (k <= 0): logistic's argument, and
+    softmax's x - max(x), which the kernel writer calls it for."""
+    p, k = _exp_parts_f32(F32(x))
     return _scale_down_f32(p, k)
 
 
 @_inline
 def logistic_f32(x):
     x = F32(x)
-    e = _exp_neg_f32(-abs(x))
+    e = exp_nonpositive_f32(-abs(x))
     return _div(F32(1.0) if x >= F32(0.0) else e, F32(1.0) + e)
 
 
