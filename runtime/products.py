@@ -117,18 +117,37 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
 def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) -> Callable:
     """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
     transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
-    small product in a loop body pays little besides BLAS. `own`: see `matmul`."""
+    small product in a loop body pays little besides BLAS. `own`: see `matmul`, whose choice is
+    made here for a product it would hand to numpy as it is (`_numpy_dot`)."""
     (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
     work = compute_dtype(out_dtype)
     if lshape[0] == 1:
         lshape, rshape = lshape[1:], rshape[1:]
     lt = None if lperm == sorted(lperm) else tuple(lperm)
     rt = None if rperm == sorted(rperm) else tuple(rperm)
+    small = work != _F32 or lshape[-2] <= 1 or int(np.prod(lshape)) * rshape[-1] < ONEDNN_MIN
+    if not own and small and lt is None and rt is None:
+        return _numpy_dot(lshape, rshape, work)
 
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
         b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
         matmul(a, b, out, work, own)
+
+    return dot
+
+
+def _numpy_dot(lshape: tuple, rshape: tuple, work: np.dtype) -> Callable:
+    """dot(a, b, out) for a product `matmul` would hand to numpy's BLAS as it is (not in
+    xfuse's threads, below oneDNN's bound), that choice made here once: its tests cost some
+    4 us a call, against batch-1's product of about 100 us."""
+    oshape = (*lshape[:-1], rshape[-1])
+
+    def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        a, b = a.reshape(lshape), b.reshape(rshape)
+        if a.dtype != work or b.dtype != work:
+            a, b = a.astype(work, copy=False), b.astype(work, copy=False)
+        _numpy_product(a, b, out.reshape(oshape))
 
     return dot
 

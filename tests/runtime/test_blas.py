@@ -181,3 +181,37 @@ def test_a_program_that_splits_kernels_runs_its_products_in_its_threads(monkeypa
     flags.clear()
     xfuse.jit(attention)(q, k, v)
     assert flags and not any(flags), "XFUSE_SPLIT_PRODUCTS=0 still split"
+
+
+@pytest.mark.parametrize("lhs, rhs, contracting, batch, dtype", [
+    ((1, 2048), (2048, 1000), ((1,), (0,)), ((), ()), "float32"),  # batch-1
+    ((3, 5, 7), (3, 7, 4), ((2,), (1,)), ((0,), (0,)), "float32"),  # a batch
+    ((6, 9), (9, 5), ((1,), (0,)), ((), ()), "float16"),  # computed in float32
+    ((4, 8), (8, 3), ((1,), (0,)), ((), ()), "float64"),
+])
+def test_a_product_numpy_runs_as_it_is_skips_matmuls_choice(monkeypatch, lhs, rhs, contracting, batch, dtype):
+    """Below oneDNN's bound and outside xfuse's threads, a dot made by `make_dot` calls numpy's
+    matmul directly (the choice `matmul` would make, made once) and gives its result."""
+    work = prog.compute_dtype(dtype)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(lhs).astype(prog.dtype(dtype))
+    b = rng.standard_normal(rhs).astype(prog.dtype(dtype))
+    want = np.matmul(a.astype(work), b.astype(work))
+    dot = prog.make_dot(lhs, rhs, contracting, batch, dtype)
+    monkeypatch.setattr(prog, "matmul", lambda *args, **kw: pytest.fail("matmul's checks ran"))
+    out = np.full(want.shape, np.nan, work)
+    dot(a, b, out)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_a_product_past_onednns_bound_still_goes_through_matmul(monkeypatch):
+    # XFUSE_SPLIT_PRODUCTS (blas.ENABLED) is read at each call there, so the choice stays there
+    called = []
+    real = prog.matmul
+    monkeypatch.setattr(prog, "matmul", lambda *args, **kw: called.append(1) or real(*args, **kw))
+    m, k, n = 256, 512, 512  # 2**26 multiply-adds
+    dot = prog.make_dot((m, k), (k, n), ((1,), (0,)), ((), ()), "float32")
+    a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+    out = np.empty((m, n), np.float32)
+    dot(a, b, out)
+    assert called and (out == k).all()
