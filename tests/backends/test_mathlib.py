@@ -423,6 +423,7 @@ def test_f32_integer_steps_stay_32_bits_wide(name):
     ("exp_nonpositive_f32", "exp_f32", "f32", -200.0, 0.0),
     ("_expm1_mid_f64", "expm1_f64", "f64", -40.0, 44.0),
     ("_exp_upto710_f64", "exp_f64", "f64", -800.0, 710.0),
+    ("_exp_neg_f64", "exp_f64", "f64", -800.0, 0.0),
 ])
 def test_partial_cores_are_the_full_functions_bit_for_bit(core, full, suffix, low, high):
     from xfuse.backends.numba.mathlib import f32, f64

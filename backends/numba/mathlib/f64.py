@@ -43,8 +43,8 @@ else:
 
 
 @_inline
-def _exp_upto710_f64(x):
-    """e**x for x <= 710 or NaN: exp_f64 without its upper clamp."""
+def _exp_parts_f64(x):
+    """(e**r, k) for x = k ln2 + r, x clamped below at -750 (e**-750 rounds to 0)."""
     x = F64(-750.0) if x < F64(-750.0) else x  # the ternaries keep NaN
     t = _fma(x, _LOG2E_F64, _MAGIC_F64)
     n = t - _MAGIC_F64
@@ -60,7 +60,37 @@ def _exp_upto710_f64(x):
     p = _fma(p, r, F64(0.04166666666650726))
     p = _fma(p, r, F64(0.16666666666666358))
     p = _fma(p, r, F64(0.5000000000000013))
-    return _scale_f64(F64(1.0) + _fma(r * r, p, r), _bits64(t) - _bits64(_MAGIC_F64))
+    return F64(1.0) + _fma(r * r, p, r), _bits64(t) - _bits64(_MAGIC_F64)
+
+
+@_inline
+def _exp_upto710_f64(x):
+    """e**x for x <= 710 or NaN: exp_f64 without its upper clamp."""
+    p, k = _exp_parts_f64(x)
+    return _scale_f64(p, k)
+
+
+if SCALEF:
+
+    @_inline
+    def _scale_down_f64(p, k):
+        """p * 2**k for k in [-2021, 22], rounded once."""
+        return _ldexp(p, k)
+
+else:
+
+    @_inline
+    def _scale_down_f64(p, k):
+        """p * 2**k for k in [-2021, 22], rounded once: the first factor is exact (a normal
+        number), so the second rounds (as `_scale_down_f32`)."""
+        return p * _pow2_f64(k + 1000) * F64(2.0**-1000)
+
+
+@_inline
+def _exp_neg_f64(x):
+    """e**x for x <= 0 or NaN, bit for bit as exp_f64 (logistic's argument): k <= 0."""
+    p, k = _exp_parts_f64(x)
+    return _scale_down_f64(p, k)
 
 
 @_inline
@@ -199,14 +229,18 @@ def tanh_f64(x):
     x = F64(x)
     a = abs(x)
     a = F64(22.0) if a > F64(22.0) else a  # tanh(22) rounds to 1
-    t = _expm1_mid_f64(a + a)
-    return math.copysign(_div(t, t + F64(2.0)), x)
+    # expm1(2a) as _expm1_mid_f64, without its test for tiny arguments (see tanh_f32)
+    e, k = _expm1_reduce_f64(a + a)
+    s = _pow2_f64(k)
+    t = _fma(s, e, s - F64(1.0))
+    q = _div(t, t + F64(2.0))  # its sign bit is clear, a NaN's too (a's sign went)
+    return _float64(_bits64(q) | (_bits64(x) & np.int64(-0x8000000000000000)))
 
 
 @_inline
 def logistic_f64(x):
     x = F64(x)
-    e = _exp_upto710_f64(-abs(x))
+    e = _exp_neg_f64(-abs(x))
     return _div(F64(1.0) if x >= F64(0.0) else e, F64(1.0) + e)
 
 
