@@ -17,6 +17,7 @@ engine's process loads only its own thread pools.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import time
@@ -138,7 +139,7 @@ def _prepare_xfuse(workload: Workload, inputs: tuple, backend: str | None) -> Pr
         from xfuse.backends import numba as numba_backend
 
         numba_backend.initialize()
-        assert numba_backend.compile_module  # the attribute imports the backend's modules
+        importlib.import_module("xfuse.backends.numba.backend")  # loaded on first use otherwise
     base = current_rss()
     start = time.perf_counter()
     jitted = xfuse.jit(workload.jax_fn, backend=backend)

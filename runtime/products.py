@@ -94,7 +94,7 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
     m, n = a3.shape[-2], b3.shape[-1]
     macs = a3.size * n  # B * M * K * N
-    big = blas.ENABLED and work == _F32 and m > 1 and macs >= ONEDNN_MIN
+    big = blas.ENABLED and _large_float32(a3.shape, b3.shape, work)
     sgemm = onednn.sgemm() if big and onednn.preferred() else None
     if not own and not big:
         _numpy_product(a3, b3, o)
@@ -114,6 +114,13 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
             _gemm(a3, b3, o)
 
 
+def _large_float32(lshape, rshape, work: np.dtype) -> bool:
+    """Whether a product of these (B, M, K) and (B, K, N) shapes, or (M, K) and (K, N), is a
+    float32 product of matrices with at least `ONEDNN_MIN` multiply-adds: one `matmul` runs in
+    xfuse's threads whatever its caller says (where XFUSE_SPLIT_PRODUCTS allows)."""
+    return work == _F32 and lshape[-2] > 1 and int(np.prod(lshape)) * rshape[-1] >= ONEDNN_MIN
+
+
 def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) -> Callable:
     """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
     transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
@@ -125,8 +132,7 @@ def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) ->
         lshape, rshape = lshape[1:], rshape[1:]
     lt = None if lperm == sorted(lperm) else tuple(lperm)
     rt = None if rperm == sorted(rperm) else tuple(rperm)
-    small = work != _F32 or lshape[-2] <= 1 or int(np.prod(lshape)) * rshape[-1] < ONEDNN_MIN
-    if not own and small and lt is None and rt is None:
+    if not own and not _large_float32(lshape, rshape, work) and lt is None and rt is None:
         return _numpy_dot(lshape, rshape, work)
 
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

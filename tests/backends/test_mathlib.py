@@ -418,10 +418,10 @@ def test_f32_integer_steps_stay_32_bits_wide(name):
 # tanh and logistic call cores that skip clamps their argument never reaches; each must equal
 # the full function bit for bit over its stated range (NaN included).
 @pytest.mark.parametrize("core, full, suffix, low, high", [
-    ("_expm1_mid_f32", "expm1_f32", "f32", -20.0, 20.0),
+    ("_expm1_nonneg_f32", "expm1_f32", "f32", 0.0, 20.0),
     ("_exp_upto90_f32", "exp_f32", "f32", -200.0, 90.0),
     ("exp_nonpositive_f32", "exp_f32", "f32", -200.0, 0.0),
-    ("_expm1_mid_f64", "expm1_f64", "f64", -40.0, 44.0),
+    ("_expm1_nonneg_f64", "expm1_f64", "f64", 0.0, 44.0),
     ("_exp_upto710_f64", "exp_f64", "f64", -800.0, 710.0),
     ("_exp_neg_f64", "exp_f64", "f64", -800.0, 0.0),
 ])
@@ -436,6 +436,8 @@ def test_partial_cores_are_the_full_functions_bit_for_bit(core, full, suffix, lo
                      -np.finfo(dtype).smallest_subnormal, np.finfo(dtype).tiny, 2.0**-30, -(2.0**-30)],
                     dtype)
     x = np.concatenate([x, tiny, np.sign(x[:1000]) * np.exp2(rng.uniform(-60, 0, 1000)).astype(dtype)])
+    if low == 0.0:  # a range from +0: -0.0 and the negatives lie outside it
+        x = x[~np.signbit(x) | np.isnan(x)]
     got, want = np.empty_like(x), np.empty_like(x)
     _unary_kernel(getattr(module, core))(x, got)
     _unary_kernel(getattr(module, full))(x, want)

@@ -129,13 +129,14 @@ def expm1_f32(x):
 
 
 @_inline
-def _expm1_mid_f32(x):
-    """expm1_f32(x) for x in [-20, 20] or NaN, bit for bit: |k| <= 29, so neither the clamps
-    nor the split of 2**k are needed (tanh's argument)."""
+def _expm1_nonneg_f32(x):
+    """expm1_f32(x) for x in [+0, 20] or NaN, bit for bit (tanh's argument): |k| <= 29, so
+    neither the clamps nor the split of 2**k are needed, nor the test for tiny arguments: below
+    2**-25 the reduction leaves r = x, and r + r**2 * P(r) rounds to r (-0.0 would not keep
+    its sign)."""
     e, k = _expm1_reduce_f32(x)
     s = _pow2_f32(k)
-    y = _fma(s, e, s - F32(1.0))
-    return x if abs(x) < F32(2.0**-25) else y
+    return _fma(s, e, s - F32(1.0))
 
 
 # Lg1..Lg4 from FreeBSD/musl logf: |(log(1+s) - log(1-s))/s - Lg(s)| < 2**-34.24.
@@ -190,22 +191,13 @@ def tanh_f32(x):
     x = F32(x)
     a = abs(x)
     a = F32(10.0) if a > F32(10.0) else a  # tanh(10) rounds to 1
-    # expm1(2a) as _expm1_mid_f32, without its test for tiny arguments: for 2a >= 0 below
-    # 2**-25 the reduction leaves r = 2a, and r + r**2 * P(r) rounds to r.
-    e, k = _expm1_reduce_f32(a + a)
-    s = _pow2_f32(k)
-    t = _fma(s, e, s - F32(1.0))
+    t = _expm1_nonneg_f32(a + a)
     q = _div(t, t + F32(2.0))  # its sign bit is clear, a NaN's too (a's sign went)
     return _float32(I32(_bits32(q) | (_bits32(x) & I32(-0x80000000))))
 
 
 if SCALEF:
-
-    @_inline
-    def _scale_down_f32(p, k):
-        """p * 2**k for k in [-188, 63], rounded once."""
-        return _ldexp(p, k)
-
+    _scale_down_f32 = _scale_f32  # one vscalefps, whatever k
 else:
 
     @_inline

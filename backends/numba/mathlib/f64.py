@@ -71,12 +71,7 @@ def _exp_upto710_f64(x):
 
 
 if SCALEF:
-
-    @_inline
-    def _scale_down_f64(p, k):
-        """p * 2**k for k in [-2021, 22], rounded once."""
-        return _ldexp(p, k)
-
+    _scale_down_f64 = _scale_f64  # one vscalefpd, whatever k
 else:
 
     @_inline
@@ -153,13 +148,12 @@ def expm1_f64(x):
 
 
 @_inline
-def _expm1_mid_f64(x):
-    """expm1_f64(x) for x in [-40, 44] or NaN, bit for bit: |k| <= 64, so neither the clamps
-    nor the split of 2**k are needed (tanh's argument)."""
+def _expm1_nonneg_f64(x):
+    """expm1_f64(x) for x in [+0, 44] or NaN, bit for bit (tanh's argument): as
+    `_expm1_nonneg_f32`, |k| <= 64 and tiny arguments come out as they went in."""
     e, k = _expm1_reduce_f64(x)
     s = _pow2_f64(k)
-    y = _fma(s, e, s - F64(1.0))
-    return x if abs(x) < F64(2.0**-54) else y
+    return _fma(s, e, s - F64(1.0))
 
 
 # Lg1..Lg7 from FreeBSD/musl log: |(log(1+s) - log(1-s))/s - Lg(s)| < 2**-58.45.
@@ -229,10 +223,7 @@ def tanh_f64(x):
     x = F64(x)
     a = abs(x)
     a = F64(22.0) if a > F64(22.0) else a  # tanh(22) rounds to 1
-    # expm1(2a) as _expm1_mid_f64, without its test for tiny arguments (see tanh_f32)
-    e, k = _expm1_reduce_f64(a + a)
-    s = _pow2_f64(k)
-    t = _fma(s, e, s - F64(1.0))
+    t = _expm1_nonneg_f64(a + a)
     q = _div(t, t + F64(2.0))  # its sign bit is clear, a NaN's too (a's sign went)
     return _float64(_bits64(q) | (_bits64(x) & np.int64(-0x8000000000000000)))
 
