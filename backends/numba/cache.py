@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from xfuse.backends import CacheWarning, cache_root  # shared with the C backend's cache
+from . import pipeline
 
 FORMAT = 1
 _HERE = Path(__file__).resolve().parent
@@ -79,7 +80,7 @@ def environment_key() -> str:
         h = hashlib.sha256()
         for part in (FORMAT, __version__, numba.__version__, llvmlite.__version__,
                      sys.version, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-                     numba.config.BOUNDSCHECK):
+                     numba.config.BOUNDSCHECK, pipeline.VECTOR_WIDTH):
             h.update(str(part).encode() + b"\0")
         for name in _KEYED_SOURCES:
             h.update((_HERE / name).read_bytes())

@@ -7,8 +7,10 @@ from __future__ import annotations
 import gc
 import re
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
+import pytest
 from numba.extending import overload
 
 from xfuse.backends.numba import pipeline
@@ -193,3 +195,57 @@ def test_the_collector_comes_back_after_the_outermost_compile_only():
     except ValueError:
         pass
     assert gc.isenabled()
+
+
+def test_the_vector_width_setting_and_the_cpus_it_widens(monkeypatch):
+    from numba.core import config
+
+    monkeypatch.setenv("XFUSE_VECTOR_WIDTH", "512")
+    assert pipeline.vector_width() == 512
+    monkeypatch.setenv("XFUSE_VECTOR_WIDTH", "256")
+    assert pipeline.vector_width() is None
+    monkeypatch.setenv("XFUSE_VECTOR_WIDTH", "1024")
+    with pytest.raises(ValueError, match="XFUSE_VECTOR_WIDTH='1024'"):
+        pipeline.vector_width()
+    monkeypatch.delenv("XFUSE_VECTOR_WIDTH")
+    avx512 = "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
+    for name, features, width in [("sapphirerapids", avx512, 512), ("znver4", avx512, 512),
+                                  ("skylake-avx512", avx512, None), ("cascadelake", avx512, None),
+                                  ("znver3", "+avx,+avx2,+fma,-avx512f", None),
+                                  ("icelake-server", "+avx2,+avx512f,-avx512bw", None)]:
+        monkeypatch.setattr(config, "CPU_NAME", name)
+        monkeypatch.setattr(config, "CPU_FEATURES", features)
+        assert pipeline.vector_width() == width, name
+
+
+def test_kernels_and_their_helpers_carry_the_vector_width(monkeypatch):
+    monkeypatch.setenv("XFUSE_CACHE_DIR", "off")  # compiled here: its IR is to be read
+    monkeypatch.setattr(pipeline, "VECTOR_WIDTH", 512)
+    x = np.linspace(-4, 4, 1000, dtype=np.float32)
+    kernel = numba.njit(error_model="numpy", nogil=True, cache=False,
+                        pipeline_class=pipeline.KernelCompiler)(scale_shift)
+    out = np.empty_like(x)
+    kernel(0, x.size, x, out)
+    np.testing.assert_array_equal(out, x * np.float32(1.5) + np.float32(0.5))
+    (signature,) = kernel.signatures
+    assert '"prefer-vector-width"="512"' in kernel.inspect_llvm(signature)
+    assert "zmm" in kernel.inspect_asm(signature) or "+avx512f" not in llvm.get_host_cpu_features().flatten()
+
+    helper = numba.njit(error_model="numpy", nogil=True, cache=False, **pipeline.WITHOUT_WRAPPERS,
+                        pipeline_class=pipeline.CalleeCompiler)(lambda v: v * np.float32(1.5) + np.float32(0.5))
+
+    def calls_helper(row_start, row_end, p0, out0):
+        for i0 in range(row_start, row_end):
+            out0[i0] = helper(p0[i0])
+
+    caller = numba.njit(error_model="numpy", nogil=True, cache=False,
+                        pipeline_class=pipeline.KernelCompiler)(calls_helper)
+    caller(0, x.size, x, out)
+    np.testing.assert_array_equal(out, x * np.float32(1.5) + np.float32(0.5))
+    assert '"prefer-vector-width"="512"' in helper.inspect_llvm(helper.signatures[0])
+
+    monkeypatch.setattr(pipeline, "VECTOR_WIDTH", None)  # LLVM's own choice: no attribute
+    plain_kernel = numba.njit(error_model="numpy", nogil=True, cache=False,
+                              pipeline_class=pipeline.KernelCompiler)(scale_shift)
+    plain_kernel(0, x.size, x, out)
+    assert "prefer-vector-width" not in plain_kernel.inspect_llvm(plain_kernel.signatures[0])
