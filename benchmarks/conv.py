@@ -9,12 +9,10 @@ one 3x3 filter per channel (feature_group_count = channels).
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
-import sys
 import time
+
+from .pairs import main as run
+from .pairs import timed
 
 LAYERS = {  # name: (batch, size, channels, features, groups)
     "conv3x3_relu_pool_8x32x32x64": (8, 32, 64, 64, 1),
@@ -57,38 +55,11 @@ def _worker(engine: str, name: str, samples: int) -> dict:
 
         compiled = xfuse.jit(_layer(groups)).lower(x, w, b).compile()
         fn = lambda: compiled(x, w, b)  # noqa: E731
-    fn()
-    compile_s = time.perf_counter() - start
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(samples):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return {"median": statistics.median(times), "compile": compile_s}
+    return timed(fn, samples, start)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.conv")
-    parser.add_argument("--processes", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=25)
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        print(json.dumps(_worker(*args.worker, args.samples)))
-        return
-    print(f"{'layer':38s} {'xfuse':>10s} {'jax.jit':>10s} {'speed-up':>9s}   per process (xfuse | jax.jit)")
-    for name in LAYERS:
-        runs: dict[str, list[float]] = {"xfuse": [], "jax": []}
-        for _ in range(args.processes):
-            for engine in runs:
-                out = subprocess.run([sys.executable, "-m", "benchmarks.conv", "--samples", str(args.samples),
-                                      "--worker", engine, name], capture_output=True, text=True, check=True)
-                runs[engine].append(json.loads(out.stdout.strip().splitlines()[-1])["median"])
-        xf, jx = statistics.median(runs["xfuse"]), statistics.median(runs["jax"])
-        shown = " ".join(f"{t * 1e3:.2f}" for t in runs["xfuse"]) + " | " + " ".join(f"{t * 1e3:.2f}" for t in runs["jax"])
-        print(f"{name:38s} {xf * 1e3:8.2f}ms {jx * 1e3:8.2f}ms {jx / xf:8.2f}x   {shown}", flush=True)
+    run(argv, "benchmarks.conv", list(LAYERS), _worker, label="layer")
 
 
 if __name__ == "__main__":
