@@ -275,3 +275,16 @@ def test_the_drivers_helpers_are_in_the_cache_key(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_cache, "_HERE", here)
     monkeypatch.setattr(kernel_cache, "_environment_key", None)
     assert kernel_cache.environment_key() != before
+
+
+def test_the_vector_width_is_in_the_cache_key(monkeypatch):
+    # kernels compiled to prefer 512-bit vectors must not load where 256 bits are asked for
+    from xfuse.backends.numba import cache as kernel_cache
+    from xfuse.backends.numba import pipeline
+
+    keys = set()
+    for width in (None, 512):
+        monkeypatch.setattr(pipeline, "VECTOR_WIDTH", width)
+        monkeypatch.setattr(kernel_cache, "_environment_key", None)
+        keys.add(kernel_cache.environment_key())
+    assert len(keys) == 2
