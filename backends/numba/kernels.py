@@ -360,8 +360,18 @@ class Writer:
         rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
         inits, updates = [], []
         for r in members:
-            acc = f"acc_{r.name.replace('.', '_').replace('-', '_')}"
+            tag = r.name.replace('.', '_').replace('-', '_')
+            acc = f"acc_{tag}"
             operand = self.emitter.value(r.operands[0], full_index)
+            if self.short is not None and r.operands[0] not in self.emitter.overrides \
+                    and self.transcendental_upstream(r.operands[0]) and operand.deps & set(rnames):
+                # kept for the later passes over the row (softmax's exp), as `buffer_pass` does:
+                # with the row unrolled the buffer's elements become registers
+                buf, work = f"buf_{tag}", compute_dtype(self.comp[r.operands[0]].shape.dtype)
+                self.scratch.append(f"{buf} = scalar.row_buffer({extent}, {np_name(work)})")
+                updates.append(f"{buf}[{rnames[0]}] = {operand.text}")
+                operand = Ix(f"{buf}[{rnames[0]}]", operand.deps)
+                self.reuse_row(r.operands[0], buf, axes[0], kept, kept_index, row_deps)
             init, update, result = self.combiner(r, acc, operand, rnames)
             result = Ix(result.text, row_deps)  # a reduction's value lives at the row level
             inits.extend(init)
