@@ -1,7 +1,8 @@
 """xfuse against jax.jit on workloads outside the suite (`conv`, `short_rows`): each engine in
 its own process, the processes in turns, the median of `samples` calls per process and the
-median process reported. A module using it defines `_worker(engine, name, samples) -> dict`
-(from `timed`) and calls `main(argv, module, names)`.
+median process reported. A module using it passes `main` its name, its workloads' names and
+its worker, `worker(engine, name, samples) -> dict` (from `timed`), which `main` runs in each
+timing process.
 """
 
 from __future__ import annotations

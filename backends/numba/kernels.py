@@ -25,7 +25,8 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
 from .analysis import (PARALLEL_MIN_WORK, STACK_ROW_BYTES, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
                        output_members, output_shapes, reads_across, reduction_space, work_estimate)
-from .emitter import Emitter, Ix, compute_dtype, literal, np_name
+from .emitter import Emitter, Ix, compute_dtype, np_name
+from .reductions import combiner
 
 LANES = 8  # accumulators of a vectorised row reduction
 # A loop nest whose innermost loop walks an operand's outer dimension (a transpose) in steps
@@ -139,9 +140,7 @@ class Writer:
                 return Ix(f"{param}[{_unsigned(index[0].text)}]", index[0].deps)
             deps = frozenset().union(*(i.deps for i in index))
             if self.short is not None and self.comp[param].array_shape.dims == self.short:
-                if param not in self.flat_views:
-                    self.flat_views.append(param)
-                return Ix(f"{param}_flat[{_unsigned(_linear(index, self.short))}]", deps)
+                return self.flat_loader(param)(Ix(_linear(index, self.short), deps))
             array, rest = self.row_view(param, index, deps)
             return Ix(f"{array}[{index_text(rest)}]", deps)
 
@@ -367,12 +366,12 @@ class Writer:
                     and self.transcendental_upstream(r.operands[0]) and operand.deps & set(rnames):
                 # kept for the later passes over the row (softmax's exp), as `buffer_pass` does:
                 # with the row unrolled the buffer's elements become registers
-                buf, work = f"buf_{tag}", compute_dtype(self.comp[r.operands[0]].shape.dtype)
-                self.scratch.append(f"{buf} = scalar.row_buffer({extent}, {np_name(work)})")
+                buf = f"buf_{tag}"
+                self.row_buffer(buf, extent, compute_dtype(self.comp[r.operands[0]].shape.dtype))
                 updates.append(f"{buf}[{rnames[0]}] = {operand.text}")
                 operand = Ix(f"{buf}[{rnames[0]}]", operand.deps)
                 self.reuse_row(r.operands[0], buf, axes[0], kept, kept_index, row_deps)
-            init, update, result = self.combiner(r, acc, operand, rnames)
+            init, update, result = combiner(self.comp, r, acc, operand, rnames)
             result = Ix(result.text, row_deps)  # a reduction's value lives at the row level
             inits.extend(init)
             updates.extend(update)
@@ -407,9 +406,7 @@ class Writer:
             if direct:  # the row of an input itself
                 finals.append(f"{acc} = {fn}({direct[1]}[:{extent}])")
             else:
-                on_stack = extent * compute_dtype(dtype).numpy.itemsize <= STACK_ROW_BYTES
-                make = "scalar.row_buffer" if on_stack else "np.empty"
-                self.scratch.append(f"{buf} = {make}({extent}, {np_name(dtype)})")
+                self.row_buffer(buf, extent, dtype)
                 updates.append(f"{buf}[{var}] = {summand.text}")
                 finals.append(f"{acc} = {fn}({buf})")
             result = Ix(acc, row_deps)
@@ -419,6 +416,12 @@ class Writer:
         end = self.mark(row_level)
         loop_lines = self.reduced_loop_lines(p, rnames, [extent], updates) if updates else []
         return inits, loop_lines + finals, end
+
+    def row_buffer(self, buf: str, extent: int, dtype) -> None:
+        """A row buffer made once per call: in the stack frame up to STACK_ROW_BYTES."""
+        on_stack = extent * compute_dtype(dtype).numpy.itemsize <= STACK_ROW_BYTES
+        make = "scalar.row_buffer" if on_stack else "np.empty"
+        self.scratch.append(f"{buf} = {make}({extent}, {np_name(dtype)})")
 
     def reuse_row(self, name, buf, axis, kept, kept_index, row_deps) -> None:
         """Reads of `name` in this row at a loop index come from `buf`, once it is full."""
@@ -454,11 +457,11 @@ class Writer:
             lanes = [f"{acc}_{lane}" for lane in range(LANES)]
             for lane, name in enumerate(lanes):
                 v = self.emitter.value(r.operands[0], index_at(f"{main} + {lane}", main))
-                init, update, _ = self.combiner(r, name, v, [main])
+                init, update, _ = combiner(self.comp, r, name, v, [main])
                 inits.extend(init)
                 main_updates.extend(update)
             v = self.emitter.value(r.operands[0], index_at(tail, tail))
-            tail_updates.extend(self.combiner(r, lanes[0], v, [tail])[1])
+            tail_updates.extend(combiner(self.comp, r, lanes[0], v, [tail])[1])
             while len(lanes) > 1:  # a pairwise tree, as a vector reduction does
                 pairs = []
                 for a, b in zip(lanes[::2], lanes[1::2]):
@@ -495,7 +498,7 @@ class Writer:
 
     def merge_lanes(self, r: Instruction, a: str, b: str) -> str:
         """`a = a (op) b` for two lane accumulators of reduction `r`."""
-        _, update, _ = self.combiner(r, a, Ix(b), [])
+        _, update, _ = combiner(self.comp, r, a, Ix(b), [])
         return update[0]
 
     def output_pass(self, p, full, axes, kept, kept_index, row_level):
@@ -543,57 +546,6 @@ class Writer:
         for u in updates:
             lines.append("    " * indent + u)
         return lines
-
-    @staticmethod
-    def extreme(dtype, smallest: bool) -> str:
-        """The smallest (or largest) value of a dtype: a max (min) reduction's identity."""
-        if dtype.is_pred:
-            return "False" if smallest else "True"
-        if dtype.is_float:
-            return literal(float("-inf") if smallest else float("inf"), dtype)
-        info = np.iinfo(dtype.numpy)
-        return literal(info.min if smallest else info.max, dtype)
-
-    def combiner(self, r: Instruction, acc: str, v: Ix, rnames: list[str]):
-        dtype = compute_dtype(self.comp[r.operands[0]].shape.dtype)
-        T = np_name(dtype)
-        op = r.op
-        if op in (Op.ARGMAX, Op.ARGMIN):
-            idx = f"{acc}_i"
-            better = ">" if op is Op.ARGMAX else "<"
-            start = self.extreme(dtype, smallest=op is Op.ARGMAX)
-            take = f"({v.text} {better} {acc})"
-            if dtype.is_float:
-                take = f"({take} | (({v.text} != {v.text}) & ({acc} == {acc})))"
-            position = rnames[0]
-            init = [f"{acc} = {start}", f"{idx} = 0"]
-            update = [
-                f"take = {take}",
-                f"{acc} = {v.text} if take else {acc}",
-                f"{idx} = {position} if take else {idx}",
-            ]
-            out = np_name(r.shape.dtype)
-            return init, update, Ix(f"{out}({idx})")
-        if op is Op.REDUCE_SUM:
-            return [f"{acc} = {literal(0, dtype)}"], [f"{acc} = {T}({acc} + {v.text})"], Ix(acc)
-        if op is Op.REDUCE_PROD:
-            return [f"{acc} = {literal(1, dtype)}"], [f"{acc} = {T}({acc} * {v.text})"], Ix(acc)
-        if op in (Op.REDUCE_MAX, Op.REDUCE_MIN):
-            largest = op is Op.REDUCE_MAX
-            if dtype.is_pred:
-                word = "|" if largest else "&"
-                return [f"{acc} = {not largest}"], [f"{acc} = {acc} {word} {v.text}"], Ix(acc)
-            start = self.extreme(dtype, smallest=largest)
-            fn = ("scalar.f" if dtype.is_float else "scalar.i") + ("max" if largest else "min")
-            return [f"{acc} = {start}"], [f"{acc} = {T}({fn}({acc}, {v.text}))"], Ix(acc)
-        if op in (Op.REDUCE_AND, Op.REDUCE_OR):
-            conj = op is Op.REDUCE_AND
-            word = "&" if conj else "|"
-            if dtype.is_pred:
-                return [f"{acc} = {conj}"], [f"{acc} = {acc} {word} {v.text}"], Ix(acc)
-            start = f"{T}(~{T}(0))" if conj else literal(0, dtype)
-            return [f"{acc} = {start}"], [f"{acc} = {T}({acc} {word} {v.text})"], Ix(acc)
-        raise NotImplementedError(f"the numba backend cannot reduce with {op}")
 
     # ------------------------------------------------------------------ the whole kernel
     def source(self) -> str:

@@ -64,20 +64,26 @@ INTERLEAVE = 4 if llvm.llvm_version_info >= (15,) else 0
 SLOW_512 = {"skylake-avx512", "cascadelake", "cooperlake", "knl", "knm"}
 
 
+def target_cpu() -> tuple[str, set[str]]:
+    """The CPU numba compiles for, as LLVM names it, and its features ("+avx512f", ...): the
+    host's, or the one numba is told to compile for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)."""
+    name = config.CPU_NAME if config.CPU_NAME not in (None, "host") else llvm.get_host_cpu_name()
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else (
+        llvm.get_host_cpu_features().flatten() if config.CPU_NAME in (None, "host") else "")
+    return name, set(features.split(","))
+
+
 def vector_width() -> int | None:
     """512 where kernels should use 512-bit vectors (the module's docstring), else None (LLVM's
     choice): `XFUSE_VECTOR_WIDTH` (256 or 512) where set, else 512 on a CPU with AVX-512 (F, BW,
-    DQ and VL) not in `SLOW_512`. The CPU is the host's, or the one numba is told to compile for
-    (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)."""
+    DQ and VL) not in `SLOW_512` (`target_cpu`)."""
     setting = os.environ.get("XFUSE_VECTOR_WIDTH", "").strip()
     if setting:
         if setting not in ("256", "512"):
             raise ValueError(f"XFUSE_VECTOR_WIDTH={setting!r}: give 256 or 512")
         return 512 if setting == "512" else None
-    name = config.CPU_NAME if config.CPU_NAME not in (None, "host") else llvm.get_host_cpu_name()
-    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else (
-        llvm.get_host_cpu_features().flatten() if config.CPU_NAME in (None, "host") else "")
-    wide = {"+avx512f", "+avx512bw", "+avx512dq", "+avx512vl"} <= set(features.split(","))
+    name, features = target_cpu()
+    wide = {"+avx512f", "+avx512bw", "+avx512dq", "+avx512vl"} <= features
     return 512 if wide and name not in SLOW_512 else None
 
 

@@ -81,14 +81,10 @@ def _div(typingctx, a, b):
 
 def _has_scalef() -> bool:
     """Whether the kernels numba compiles here may use AVX-512 (its vscalefps/pd computes
-    p * 2**k rounded once, in one instruction): the host's features, or those numba is told to
-    compile for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES)."""
-    from llvmlite import binding
-    from numba.core import config
+    p * 2**k rounded once, in one instruction): `pipeline.target_cpu`'s features."""
+    from ..pipeline import target_cpu
 
-    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else (
-        binding.get_host_cpu_features().flatten() if config.CPU_NAME in (None, "host") else "")
-    return "+avx512f" in features.split(",")
+    return "+avx512f" in target_cpu()[1]
 
 
 SCALEF = _has_scalef()
