@@ -793,6 +793,13 @@ static inline double xf_fmin_f64(double a, double b) {
 #define scalar_fmax(a, b) _Generic((a), float: xf_fmax_f32, double: xf_fmax_f64)((a), (b))
 #define scalar_fmin(a, b) _Generic((a), float: xf_fmin_f32, double: xf_fmin_f64)((a), (b))
 
+/* n, hidden from the optimiser by an empty asm (as numba's scalar.opaque): a loop along a short
+ * row to a count the compiler cannot see is vectorised, not unrolled whole. */
+static inline int64_t scalar_opaque(int64_t n) {
+    __asm__("" : "+r"(n));
+    return n;
+}
+
 /* An index clamped into [lo, hi] (scalar.clamp): int64, as numba computes indices. */
 static inline int64_t scalar_clamp(int64_t i, int64_t lo, int64_t hi) {
     return i < lo ? lo : (i > hi ? hi : i);

@@ -187,3 +187,21 @@ def row_buffer(typingctx, count, dtype):
         return buffer._getvalue()
 
     return array(count, dtype), codegen
+
+
+# ---------------------------------------------------------------------------- trip counts
+@intrinsic
+def opaque(typingctx, value):
+    """`value`, an integer (as intp), through an empty inline assembly block: LLVM cannot see the number,
+    so a loop running to it is not unrolled whole. A loop along a short row with a known trip
+    count is: LLVM then copies its body (an inlined exp) 10 to 20 times and leaves each copy
+    scalar, where the loop vectoriser would have taken the loop as it is (`kernels.ROW_LOOPS`)."""
+    if not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        v = context.cast(builder, args[0], signature.args[0], types.intp)
+        asm = ir.FunctionType(v.type, [v.type])
+        return builder.asm(asm, "", "=r,0", [v], side_effect=False)
+
+    return types.intp(value), codegen

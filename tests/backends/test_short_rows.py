@@ -99,11 +99,19 @@ def test_a_row_longer_than_the_bound_keeps_its_loop(small_inputs_too):
 @pytest.mark.parametrize("name", list(FLOAT_REDUCTIONS))
 def test_short_row_reductions_match_their_looped_kernels_the_reference_and_jax(name, length, dtype, monkeypatch,
                                                                          small_inputs_too):
-    fn, tolerance = FLOAT_REDUCTIONS[name]
     x = short_rows_with_specials(dtype, 300, length, seed=length)
-    with jax.enable_x64(dtype == np.float64):
+    check_row_reduction(name, x, monkeypatch, "SHORT_ROW", new_form=lambda text: "_flat" in text,
+                        old_form=lambda text: "_flat" not in text)
+
+
+def check_row_reduction(name, x, monkeypatch, setting, new_form, old_form) -> None:
+    """Reduction `name` of FLOAT_REDUCTIONS over `x` in a kernel of the form `new_form` (a test
+    of its source) against the kernel of `old_form` made with `kernels.<setting>` at 0, bit for
+    bit, and against the reference and jax.jit."""
+    fn, tolerance = FLOAT_REDUCTIONS[name]
+    with jax.enable_x64(x.dtype == np.float64):
         compiled = xfuse.jit(fn).lower(x).compile()
-        assert "_flat" in compiled.kernel_source()
+        assert new_form(compiled.kernel_source()), compiled.kernel_source()
         got = compiled(x)
         reference = xfuse.jit(fn, backend="reference")(x)
         # against jax: subnormals flushed (XLA:CPU reads them as zeros) and NaNs replaced (its
@@ -111,24 +119,29 @@ def test_short_row_reductions_match_their_looped_kernels_the_reference_and_jax(n
         # propagates NaN, as xfuse and the reference do, checked above)
         flushed = flush_subnormals(np.where(np.isnan(x), x.dtype.type(1.5), x))
         got_flushed, want_jax = compiled(flushed), np.asarray(jax.jit(fn)(flushed))
-        monkeypatch.setattr(kernels, "SHORT_ROW", 0)
-        looped = xfuse.jit(fn).lower(x).compile()
-        assert "_flat" not in looped.kernel_source()
-        before = looped(x)
-    assert same_bits(got, before).all(), f"{name}: differs from the kernel with row loops"
-    if got.dtype.kind == "f":
-        dt = DType.from_numpy(np.dtype(dtype))
-        with np.errstate(over="ignore"):
-            scale = np.max(np.abs(np.nan_to_num(x, posinf=0, neginf=0)), axis=-1) * length
-        scale = scale if got.ndim == 1 else scale[:, None] * np.ones_like(got)
-        if name == "softmax":
-            scale = np.ones_like(got)
-        assert_close(got, reference, dt, f"{name} vs reference", tolerance, scale=scale)
-        np.testing.assert_array_equal(np.isnan(got), np.isnan(reference), err_msg=f"{name}: NaNs vs reference")
-        np.testing.assert_array_equal(np.isnan(got_flushed), np.isnan(want_jax), err_msg=f"{name}: NaNs vs jax")
-    else:
+        monkeypatch.setattr(kernels, setting, 0)
+        other = xfuse.jit(fn).lower(x).compile()
+        assert old_form(other.kernel_source()), other.kernel_source()
+        before = other(x)
+    assert same_bits(got, before).all(), f"{name}: differs from the kernel made with {setting} = 0"
+    assert_row_results(name, x, got, reference, got_flushed, want_jax, tolerance)
+
+
+def assert_row_results(name, x, got, reference, got_flushed, want_jax, tolerance) -> None:
+    """A row reduction's results against the reference's (relative to the row's largest
+    magnitude times its length; softmax's to 1), and where they are NaN against jax's."""
+    if got.dtype.kind != "f":
         np.testing.assert_array_equal(got, reference)
         np.testing.assert_array_equal(got_flushed, want_jax)
+        return
+    with np.errstate(over="ignore"):
+        scale = np.max(np.abs(np.nan_to_num(x, posinf=0, neginf=0)), axis=-1) * x.shape[-1]
+    scale = scale if got.ndim == 1 else scale[:, None] * np.ones_like(got)
+    if name == "softmax":
+        scale = np.ones_like(got)
+    assert_close(got, reference, DType.from_numpy(x.dtype), f"{name} vs reference", tolerance, scale=scale)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(reference), err_msg=f"{name}: NaNs vs reference")
+    np.testing.assert_array_equal(np.isnan(got_flushed), np.isnan(want_jax), err_msg=f"{name}: NaNs vs jax")
 
 
 INT_REDUCTIONS = {
