@@ -4,7 +4,9 @@ own process, processes in turns, the median process reported (`benchmarks.pairs`
     python -m benchmarks.short_rows [--processes 3]
 
 Rows of at most 8 elements run in kernels vectorised across rows (`kernels.SHORT_ROW`); rows of
-10 to 32 still run along each row.
+9 to 63 run along each row in loops LLVM vectorises (`kernels.ROW_LOOPS`). The elementwise
+`bias_tanh` cases are loop kernels over a short last axis (`kernels.LOOP_ROWS`), and `head` is a
+classifier's softmax(relu(x @ w + b)) over few classes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from .pairs import main as run
 from .pairs import timed
 
-WORKLOADS = {  # name: (function, shape), float32 inputs
+WORKLOADS = {  # name: (function, shape or shapes), float32 inputs
     "softmax_65536x8": ("softmax", (65536, 8)),
     "softmax_65536x2": ("softmax", (65536, 2)),
     "softmax_64x512x4": ("softmax", (64, 512, 4)),
@@ -25,6 +27,13 @@ WORKLOADS = {  # name: (function, shape), float32 inputs
     "softmax_65536x10": ("softmax", (65536, 10)),
     "softmax_32768x16": ("softmax", (32768, 16)),
     "layer_norm_16384x32": ("layer_norm", (16384, 32)),
+    "softmax_43690x12": ("softmax", (43690, 12)),
+    "softmax_21845x24": ("softmax", (21845, 24)),
+    "layer_norm_10922x48": ("layer_norm", (10922, 48)),
+    "bias_tanh_131072x4": ("bias_tanh", [(131072, 4), (4,)]),
+    "bias_tanh_52428x10": ("bias_tanh", [(52428, 10), (10,)]),
+    "bias_tanh_32768x16": ("bias_tanh", [(32768, 16), (16,)]),
+    "head_52428x64x10": ("head", [(52428, 64), (64, 10), (10,)]),
 }
 
 
@@ -43,26 +52,29 @@ def _function(name: str):
         "logsumexp": lambda x: jax.nn.logsumexp(x, axis=-1),
         "argmax": lambda x: jnp.argmax(x, axis=-1),
         "unit_vectors": lambda x: x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True)),
+        "bias_tanh": lambda x, b: jnp.tanh(x + b),
+        "head": lambda x, w, b: jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1),
     }[name]
 
 
 def _worker(engine: str, name: str, samples: int) -> dict:
     import numpy as np
 
-    kind, shape = WORKLOADS[name]
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    kind, shapes = WORKLOADS[name]
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(shape).astype(np.float32) for shape in (shapes if isinstance(shapes, list) else [shapes])]
     fn = _function(kind)
     start = time.perf_counter()
     if engine == "jax":
         import jax
 
-        jitted, xj = jax.jit(fn), jax.device_put(x)
-        call = lambda: jitted(xj).block_until_ready()  # noqa: E731
+        jitted, on_device = jax.jit(fn), [jax.device_put(a) for a in args]
+        call = lambda: jitted(*on_device).block_until_ready()  # noqa: E731
     else:
         import xfuse
 
-        compiled = xfuse.jit(fn).lower(x).compile()
-        call = lambda: compiled(x)  # noqa: E731
+        compiled = xfuse.jit(fn).lower(*args).compile()
+        call = lambda: compiled(*args)  # noqa: E731
     return timed(call, samples, start)
 
 
