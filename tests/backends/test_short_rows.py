@@ -194,8 +194,12 @@ def test_several_kept_dimensions_and_rows_split_across_threads():  # both past t
     # and -0.0 for a row of [0, 0, 0, -0.0] (lax.max takes +0.0 over -0.0, as xfuse and the
     # reference do): against jax, rows with neither
     clean = np.where(np.isfinite(x) & (x != 0), x, np.float32(1.0))
-    for g, w in zip(compiled(clean, b), jax.jit(fn)(clean, b)):
-        assert_close(g, np.asarray(w), DType.F32, "softmax and max over a 3-D array vs jax", TRANSCENDENTAL)
+    got_softmax, got_max = compiled(clean, b)
+    want_softmax, want_max = jax.jit(fn)(clean, b)
+    # a row's outputs sum to 1: errors relative to 1 (XLA:GPU's exp and division are its own)
+    assert_close(got_softmax, np.asarray(want_softmax), DType.F32, "softmax over a 3-D array vs jax", ACCUMULATION,
+                 scale=np.ones_like(got_softmax))
+    assert_close(got_max, np.asarray(want_max), DType.F32, "max over a 3-D array vs jax", EXACT)
 
     big = rng.standard_normal((65536, 8)).astype(np.float32)  # past the parallel threshold
     softmax = lambda v: jax.nn.softmax(v, axis=-1)
