@@ -33,6 +33,7 @@ WORKLOADS = {  # name: (function, shape or shapes), float32 inputs
     "bias_tanh_131072x4": ("bias_tanh", [(131072, 4), (4,)]),
     "bias_tanh_52428x10": ("bias_tanh", [(52428, 10), (10,)]),
     "bias_tanh_32768x16": ("bias_tanh", [(32768, 16), (16,)]),
+    "head_65536x64x4": ("head", [(65536, 64), (64, 4), (4,)]),
     "head_52428x64x10": ("head", [(52428, 64), (64, 10), (10,)]),
 }
 

@@ -27,6 +27,7 @@ import pytest
 import xfuse
 from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close, flush_subnormals, same_bits
 from xfuse.backends.numba import kernels, scalar
+from xfuse.backends.numba.lowering import lower
 from xfuse.hlo import DType
 
 from .test_short_rows import FLOAT_REDUCTIONS, check_row_reduction, short_rows_with_specials
@@ -186,3 +187,56 @@ def test_a_short_loop_kernel_past_the_parallel_threshold():
     assert_close(got, xfuse.jit(_bias_tanh, backend="reference")(x, b), DType.F32, "tanh(x + b) over 131072x4",
                  TRANSCENDENTAL)
     np.testing.assert_array_equal(got, xfuse.jit(_bias_tanh, backend="numba", passes="none")(x, b))
+
+
+# ---------------------------------------------------------------- output fusions over short rows
+def _head(x, w, b):
+    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
+
+
+def _dense(x, w, b):
+    return jnp.tanh(x @ w + b)
+
+
+@pytest.mark.parametrize("classes", [2, 5, 8])
+@pytest.mark.parametrize("fn", [_head, _dense], ids=["softmax_head", "tanh_dense"])
+def test_output_fusions_over_short_rows_read_the_product_flat(fn, classes, monkeypatch, small_inputs_too):
+    rng = np.random.default_rng(classes)
+    x = rng.standard_normal((300, 24)).astype(np.float32)
+    w = rng.standard_normal((24, classes)).astype(np.float32)
+    b = rng.standard_normal(classes).astype(np.float32)
+    x[3, 5], x[7, 0], x[11] = np.nan, np.inf, -0.0  # a NaN row, an infinite one, a row of -0.0
+    compiled = xfuse.jit(fn).lower(x, w, b).compile()
+    text = compiled.kernel_source()
+    assert "dot_flat = dot.ravel()" in text and "out0_flat" in text, text
+    got = compiled(x, w, b)
+    monkeypatch.setattr(kernels, "SHORT_ROW", 0)
+    looped = xfuse.jit(fn).lower(x, w, b).compile()
+    assert "dot_flat" not in looped.kernel_source()
+    assert same_bits(got, looped(x, w, b)).all(), "differs from the kernel with row loops"
+    # the product's rows sum 24 terms (BLAS and the reference in their own orders) before the
+    # epilogue: errors relative to the sum of the terms' magnitudes, or to 1 for softmax
+    with np.errstate(invalid="ignore"):  # inf * 0 in the row of -0.0's product
+        scale = np.ones_like(got) if fn is _head else (np.abs(x) @ np.abs(w) + np.abs(b))
+    reference = xfuse.jit(fn, backend="reference")(x, w, b)
+    assert_close(got, reference, DType.F32, f"{fn.__name__} vs reference", ACCUMULATION, scale=scale)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+    clean = np.nan_to_num(x, nan=0.5, posinf=2.0)
+    assert_close(compiled(clean, w, b), np.asarray(jax.jit(fn)(clean, w, b)), DType.F32, f"{fn.__name__} vs jax",
+                 ACCUMULATION, scale=np.ones_like(got) if fn is _head else (np.abs(clean) @ np.abs(w) + np.abs(b)))
+
+
+def test_a_short_row_output_fusion_keeps_the_product_apart_from_its_output():
+    """Its loop over rows, vectorised across the row's elements, would fall back to scalar code
+    over a product computed into the output (LLVM's check that the two do not overlap)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((65536, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    compiled = xfuse.jit(_dense).lower(x, w, b).compile()
+    assert "dot_flat" in compiled.kernel_source()
+    step = next(s for s in lower(compiled.module).program["steps"] if s.get("dot"))
+    assert not step["dot"]["in_out"]
+    got = compiled(x, w, b)
+    assert_close(got, xfuse.jit(_dense, backend="reference")(x, w, b), DType.F32, "tanh(x @ w + b) over 65536x4",
+                 ACCUMULATION, scale=np.abs(x) @ np.abs(w) + np.abs(b))
