@@ -240,3 +240,28 @@ def test_a_short_row_output_fusion_keeps_the_product_apart_from_its_output():
     got = compiled(x, w, b)
     assert_close(got, xfuse.jit(_dense, backend="reference")(x, w, b), DType.F32, "tanh(x @ w + b) over 65536x4",
                  ACCUMULATION, scale=np.abs(x) @ np.abs(w) + np.abs(b))
+
+
+@pytest.mark.parametrize("case", ["softmax_12", "bias_tanh_4", "bias_tanh_10", "head_5"])
+def test_the_c_backend_takes_the_same_forms(case, small_inputs_too):
+    """The C backend renders the same kernel source: `scalar.opaque` (an empty asm there too),
+    the unrolled short rows and the product read flat."""
+    rng = np.random.default_rng(4)
+    kind, n = case.rsplit("_", 1)
+    n = int(n)
+    x = rng.standard_normal((96, n)).astype(np.float32)
+    x[2, 1], x[3] = np.nan, -np.inf
+    fn, args = {
+        "softmax": (softmax, (x,)),
+        "bias_tanh": (_bias_tanh, (x, rng.standard_normal(n).astype(np.float32))),
+        "head": (_head, (x, rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32))),
+    }[kind]
+    compiled = xfuse.jit(fn, backend="c").lower(*args).compile()
+    text = compiled.kernel_source()
+    assert ("scalar_opaque" in text) if n > kernels.SHORT_ROW else ("_flat" in text), text
+    got = compiled(*args)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(xfuse.jit(fn, backend="reference")(*args)))
+    tolerance = TRANSCENDENTAL if kind == "bias_tanh" else ACCUMULATION
+    scale = None if kind == "bias_tanh" else np.ones_like(got)
+    assert_close(got, xfuse.jit(fn, backend="reference")(*args), DType.F32, f"{case} on the C backend", tolerance,
+                 scale=scale)
