@@ -661,6 +661,4 @@ def _unrolled(var: str, extent: int, body: list[str]) -> list[str]:
     return [name.sub(str(j), line) for j in range(extent) for line in body]
 
 
-
-
 __all__ = ["KernelSource", "write_kernel"]

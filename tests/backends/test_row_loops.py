@@ -28,6 +28,7 @@ import xfuse
 from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close, flush_subnormals, same_bits
 from xfuse.backends.numba import kernels, scalar
 from xfuse.backends.numba.lowering import lower
+from xfuse.runtime import program
 from xfuse.hlo import DType
 
 from .test_short_rows import FLOAT_REDUCTIONS, check_row_reduction, short_rows_with_specials
@@ -224,6 +225,21 @@ def test_output_fusions_over_short_rows_read_the_product_flat(fn, classes, monke
     clean = np.nan_to_num(x, nan=0.5, posinf=2.0)
     assert_close(compiled(clean, w, b), np.asarray(jax.jit(fn)(clean, w, b)), DType.F32, f"{fn.__name__} vs jax",
                  ACCUMULATION, scale=np.ones_like(got) if fn is _head else (np.abs(clean) @ np.abs(w) + np.abs(b)))
+
+
+def test_short_row_output_fusions_over_blocks_of_the_product(monkeypatch, small_inputs_too):
+    """The product made a block of rows at a time (`runtime.program.BLOCK_BYTES`): each block's
+    flat view starts at its first row (`dot_start`)."""
+    monkeypatch.setattr(program, "BLOCK_BYTES", 37 * 4 * 4)  # blocks of 37 rows, the last one short
+    rng = np.random.default_rng(8)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((300, 24), (24, 4), (4,)))
+    for fn in (_head, _dense):
+        compiled = xfuse.jit(fn).lower(x, w, b).compile()
+        assert "dot_flat" in compiled.kernel_source()
+        got = compiled(x, w, b)
+        scale = np.ones_like(got) if fn is _head else np.abs(x) @ np.abs(w) + np.abs(b)
+        assert_close(got, xfuse.jit(fn, backend="reference")(x, w, b), DType.F32, f"{fn.__name__} in blocks",
+                     ACCUMULATION, scale=scale)
 
 
 def test_a_short_row_output_fusion_keeps_the_product_apart_from_its_output():
