@@ -260,8 +260,9 @@ def test_a_short_row_output_fusion_keeps_the_product_apart_from_its_output():
 
 @pytest.mark.parametrize("case", ["softmax_12", "bias_tanh_4", "bias_tanh_10", "head_5"])
 def test_the_c_backend_takes_the_same_forms(case, small_inputs_too):
-    """The C backend renders the same kernel source: `scalar.opaque` (an empty asm there too),
-    the unrolled short rows and the product read flat."""
+    """The C backend renders the same kernel source: `scalar.opaque` (the count itself there:
+    gcc vectorises short loops with their counts known), the unrolled short rows and the
+    product read flat."""
     rng = np.random.default_rng(4)
     kind, n = case.rsplit("_", 1)
     n = int(n)
