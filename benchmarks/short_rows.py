@@ -3,9 +3,9 @@ own process, processes in turns, the median process reported (`benchmarks.pairs`
 
     python -m benchmarks.short_rows [--processes 3]
 
-Rows of at most 8 elements run in kernels vectorised across rows (`kernels.SHORT_ROW`); rows of
-9 to 63 run along each row in loops LLVM vectorises (`kernels.ROW_LOOPS`). The elementwise
-`bias_tanh` cases are loop kernels over a short last axis (`kernels.LOOP_ROWS`), and `head` is a
+Rows of at most 8 elements run in kernels vectorised across rows (`row_forms.SHORT_ROW`); rows of
+9 to 63 run along each row in loops LLVM vectorises (`row_forms.ROW_LOOPS`). The elementwise
+`bias_tanh` cases are loop kernels over a short last axis (`row_forms.LOOP_ROWS`), and `head` is a
 classifier's softmax(relu(x @ w + b)) over few classes.
 """
 

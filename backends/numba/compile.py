@@ -53,7 +53,7 @@ for _name in rows.SUMS + rows.EXTREMES:
 def namespace(source: KernelSource) -> dict:
     return {
         "np": np,
-        "U": np.uint64,  # unsigned indices (see kernels.index_text)
+        "U": np.uint64,  # unsigned indices (see emitter.index_text)
         "scalar": CALLED_SCALAR,
         "mathlib": CALLED_MATHLIB,
         "rows": CALLED_ROWS,

@@ -13,6 +13,7 @@ kernel boundary, as XLA:CPU does inside its fusions).
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,32 @@ class Ix:
 
     text: str
     deps: frozenset = frozenset()
+
+
+def index_text(index: tuple[Ix, ...]) -> str:
+    """An index as source. Components that numba cannot see are non-negative (the outer loop
+    runs from `row_start`, and arithmetic on it) are cast to unsigned: numba then skips its
+    negative-index wraparound, whose selects stop LLVM from vectorising the loop."""
+    return ", ".join(unsigned_index(i.text) for i in index) if index else "0"
+
+
+def linear_index(index: tuple[Ix, ...], dims: tuple[int, ...]) -> str:
+    """The linear index of `index` into a C-ordered array of `dims`, as source."""
+    terms, stride = [], 1
+    for ix, d in zip(reversed(index), reversed(dims)):
+        terms.append(ix.text if stride == 1 else f"({ix.text}) * {stride}")
+        stride *= d
+    return " + ".join(reversed(terms))
+
+
+def unsigned_index(text: str) -> str:
+    """An index component as source, cast to unsigned unless plainly non-negative (`index_text`)."""
+    if SAFE_INDEX.fullmatch(text):
+        return text
+    return f"U({text})"
+
+
+SAFE_INDEX = re.compile(r"\d+|[rct]\d+(_\d+)?|[ik][1-9]\d*")  # literals, loops from 0
 
 
 def const(text: str) -> Ix:

@@ -25,7 +25,8 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
 from .analysis import (PARALLEL_MIN_WORK, STACK_ROW_BYTES, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
                        output_members, output_shapes, reads_across, reduction_space, work_estimate)
-from .emitter import Emitter, Ix, compute_dtype, np_name
+from . import row_forms
+from .emitter import Emitter, Ix, compute_dtype, index_text, linear_index, np_name, unsigned_index
 from .reductions import combiner
 
 LANES = 8  # accumulators of a vectorised row reduction
@@ -36,35 +37,6 @@ LANES = 8  # accumulators of a vectorised row reduction
 # 1.98 ms in 16x16 tiles (2.47 ms in 8x8, 3.14 ms in 32x32); at 1000x1000 the untiled loop was
 # the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
 TILE = 16
-# An input kernel whose rows (one reduced axis, the last) hold at most this many elements has
-# its loops along the row unrolled, and reads and writes the arrays of its iteration space
-# through flat views at constant strides: the loop over rows is then the innermost loop, and
-# LLVM vectorises it across rows, each row's elements an interleaved group of loads (LLVM
-# groups at most 8). A loop along a short row leaves the vector lanes idle and each row one
-# chain of dependent operations: softmax over 65536x8 took 3.0 ms on one thread, 0.33 ms so.
-# A loop kernel whose last dimension is this short (and cannot be flattened: a broadcast along
-# it) is unrolled the same way: tanh(x + b) over 65536x4 took 1.5 ms on one thread, 0.26 ms so.
-SHORT_ROW = 8
-# ... unless a pass's body copied for each element would pass this many lines (a special
-# function upstream of the reduction): numba's compile time grows with the copies.
-SHORT_ROW_LINES = 256
-# ... and only where the reduction's iteration space has at least this many elements: the
-# unrolled kernel compiles in 0.4-0.5 s against 0.12-0.2 s (softmax and layer norm over rows of
-# 8), which a small input does not win back (65536x8: 0.24 against 1.6 ms a call).
-SHORT_ROW_MIN_ELEMENTS = 1 << 15
-# Loops along rows of more than SHORT_ROW and fewer than ROW_LOOPS elements (an input kernel's
-# passes), or LOOP_ROWS (a loop kernel's innermost loop), run to a trip count LLVM cannot see
-# (`scalar.opaque`). LLVM unrolls a loop with a small known count whole before it vectorises,
-# and the copies of an inlined exp or tanh then stay scalar where the loop vectoriser would have
-# taken the loop as it is. On one thread: softmax over 32768x16, 3.1 ms against 0.45 ms; layer
-# norm over 16384x32, 0.45 against 0.17 ms; tanh(x + b) over 52428x10, 1.47 against 0.49 ms.
-# From these sizes on the known count is as fast or faster (softmax over 8192x64: 0.26 against
-# 0.27 ms; tanh(x + b) over 10922x48: 0.18 against 0.22 ms).
-ROW_LOOPS = 64
-LOOP_ROWS = 24
-# Row sums, maxima and minima (f32, f64) from this many elements go through `rows`, vectorised
-# (32 before: softmax over rows of 9 to 31 summed its exps in order, one dependent add at a time)
-ROW_SUMS_MIN = 9
 MAX_PIECES = 32  # of an innermost loop split where a concatenate or pad switches operands
 ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}  # through `rows`
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
@@ -88,31 +60,6 @@ class KernelSource:
     by_rows: bool = False  # a row-wise kernel: each row read whole (into buffers) before it is written
 
 
-def index_text(index: tuple[Ix, ...]) -> str:
-    """An index as source. Components that numba cannot see are non-negative (the outer loop
-    runs from `row_start`, and arithmetic on it) are cast to unsigned: numba then skips its
-    negative-index wraparound, whose selects stop LLVM from vectorising the loop."""
-    return ", ".join(_unsigned(i.text) for i in index) if index else "0"
-
-
-def _linear(index: tuple[Ix, ...], dims: tuple[int, ...]) -> str:
-    """The linear index of `index` into a C-ordered array of `dims`, as source."""
-    terms, stride = [], 1
-    for ix, d in zip(reversed(index), reversed(dims)):
-        terms.append(ix.text if stride == 1 else f"({ix.text}) * {stride}")
-        stride *= d
-    return " + ".join(reversed(terms))
-
-
-def _unsigned(text: str) -> str:
-    if SAFE_INDEX.fullmatch(text):
-        return text
-    return f"U({text})"
-
-
-SAFE_INDEX = re.compile(r"\d+|[rct]\d+(_\d+)?|[ik][1-9]\d*")  # literals, loops from 0
-
-
 class Writer:
     """Builds one kernel: its loops, the emitter filling them, and the final source."""
 
@@ -129,16 +76,16 @@ class Writer:
         self.emitter = Emitter(comp, loads, self.level_of)
         self.emitter.flat_loads = {p: self.flat_loader(p) for p in self.params
                                    if comp[p].array_shape.rank > 1}
-        self.flat_views: list[str] = []  # parameters read through `p_flat = p.ravel()`
+        self.flat_views: list[str] = []  # parameters (and `dot`) read through `p_flat = p.ravel()`
         self.lines: list[str] = []
         self.flat_dims: tuple[int, ...] | None = None
-        # an input kernel over short rows (`SHORT_ROW`): its row loops unrolled, and arrays of
-        # the iteration space's dims read and written through flat views (`short_rows`)
+        # a kernel over short rows (`row_forms.SHORT_ROW`): its loops along the row unrolled,
+        # and arrays of the iteration space's dims (the product's block too) read and written
+        # through flat views
         self.short: tuple[int, ...] | None = None
         self.flat_outputs: list[int] = []  # outputs written through `out_flat = out.reshape(n)`
         self.rows = 1
         self.scratch: list[str] = []  # row buffers, allocated once per call
-        self.dot_flat = False  # the product's block read through `dot_flat = dot.ravel()`
 
     def loader(self, param: str):
         rank = self.comp[param].array_shape.rank
@@ -153,10 +100,10 @@ class Writer:
                     value = self.emitter.memo[key] = self.emitter.emit(f"{param}[0]", frozenset(), "s")
                 return value
             if self.flat_dims is not None:  # the flat loop's index, from row_start: unsigned
-                return Ix(f"{param}[{_unsigned(index[0].text)}]", index[0].deps)
+                return Ix(f"{param}[{unsigned_index(index[0].text)}]", index[0].deps)
             deps = frozenset().union(*(i.deps for i in index))
             if self.short is not None and self.comp[param].array_shape.dims == self.short:
-                return self.flat_loader(param)(Ix(_linear(index, self.short), deps))
+                return self.flat_loader(param)(Ix(linear_index(index, self.short), deps))
             array, rest = self.row_view(param, index, deps)
             return Ix(f"{array}[{index_text(rest)}]", deps)
 
@@ -170,7 +117,7 @@ class Writer:
         def load(linear: Ix) -> Ix:
             if param not in self.flat_views:
                 self.flat_views.append(param)
-            return Ix(f"{param}_flat[{_unsigned(linear.text)}]", linear.deps)
+            return Ix(f"{param}_flat[{unsigned_index(linear.text)}]", linear.deps)
 
         return load
 
@@ -207,7 +154,7 @@ class Writer:
         if self.short is not None and shape.dims == self.short:
             if k not in self.flat_outputs:
                 self.flat_outputs.append(k)
-            return f"out{k}_flat[{_unsigned(_linear(index, self.short))}] = {cast}"
+            return f"out{k}_flat[{unsigned_index(linear_index(index, self.short))}] = {cast}"
         if self.flat_dims is None and len(index) > 1:
             deps = frozenset().union(*(i.deps for i in index))
             array, rest = self.row_view(f"out{k}", index, deps)
@@ -229,8 +176,7 @@ class Writer:
         index = tuple(Ix(n, frozenset({n})) for n in names)
         self.rows = dims[0] if dims else 1
         tiled = self.flat_dims is None and len(dims) >= 2 and min(dims[-2:]) > TILE and reads_across(self.comp)
-        if self.flat_dims is None and not tiled and len(dims) > 1 and self.dot_flattens(dims) \
-                and 2 <= dims[-1] <= SHORT_ROW and int(np.prod(dims)) >= SHORT_ROW_MIN_ELEMENTS:
+        if self.flat_dims is None and not tiled and len(dims) > 1 and row_forms.short(dims, self.dot):
             self.short = tuple(dims)  # unrolled along the short last axis, vectorised across it
         stores = []
         for k, member in enumerate(self.outputs):
@@ -297,15 +243,15 @@ class Writer:
             if level >= first_tiled:
                 self.add(indent, f"for {n} in range({n}_t, min({n}_t + {TILE}, {hi})):")
             elif level == len(dims) > 1 and self.short is not None:
-                body = [*parts[0][1].statements.get(level, []), *parts[0][2]]
-                if len(body) * d <= SHORT_ROW_LINES:
-                    for line in _unrolled(n, d, body):
+                copies = row_forms.unrolled(n, d, [*parts[0][1].statements.get(level, []), *parts[0][2]])
+                if copies is not None:
+                    for line in copies:
                         self.add(indent, line)
                     return
                 self.add(indent, f"for {n} in range({bounds}):")
             else:
-                if level == len(dims) > 1 and SHORT_ROW < d < LOOP_ROWS:
-                    bounds = self.opaque_extent(d)
+                if level == len(dims) > 1:
+                    bounds = self.count(d, row_forms.LOOP_ROWS)
                 self.add(indent, f"for {n} in range({bounds}):")
             indent += 1
             statements(indent, level)
@@ -316,8 +262,7 @@ class Writer:
     def input(self, full: tuple[int, ...], axes: tuple[int, ...]) -> None:
         kept = [i for i in range(len(full)) if i not in axes]
         self.rows = full[kept[0]] if kept else 1
-        if self.dot_flattens(full) and kept and list(axes) == [len(full) - 1] and 2 <= full[-1] <= SHORT_ROW \
-                and int(np.prod(full)) >= SHORT_ROW_MIN_ELEMENTS:
+        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot):
             self.short = tuple(full)
         knames = [f"k{j}" for j in range(len(kept))]
         for level, n in enumerate(knames, start=1):
@@ -412,7 +357,7 @@ class Writer:
     def row_sums(self, members, full, axes) -> bool:
         """Whether a phase is f32/f64 sums, maxima and minima along the last axis, long enough
         to vectorise: those go through `rows`."""
-        if len(axes) != 1 or axes[0] != len(full) - 1 or full[axes[0]] < ROW_SUMS_MIN:
+        if len(axes) != 1 or axes[0] != len(full) - 1 or full[axes[0]] < row_forms.ROW_SUMS_MIN:
             return False
         return all(r.op in ROW_OPS and r.shape.dtype in (DType.F32, DType.F64)
                    and self.comp[r.operands[0]].shape.dtype == r.shape.dtype for r in members)
@@ -563,12 +508,13 @@ class Writer:
         if self.short is not None:  # one copy of the body per element of the short row
             (name,), (extent,) = rnames, extents
             body = [*self.emitter.statements.get(1000 * (p + 1) + 1, []), *updates]
-            if len(body) * extent <= SHORT_ROW_LINES:
-                return _unrolled(name, extent, body)
+            copies = row_forms.unrolled(name, extent, body)
+            if copies is not None:
+                return copies
         lines, indent = [], 0
         for depth, (n, d) in enumerate(zip(rnames, extents), start=1):
-            if depth == len(extents) and SHORT_ROW < d < ROW_LOOPS:
-                d = self.opaque_extent(d)
+            if depth == len(extents):
+                d = self.count(d, row_forms.ROW_LOOPS)
             lines.append("    " * indent + f"for {n} in range({d}):")
             indent += 1
             for s in self.emitter.statements.get(1000 * (p + 1) + depth, []):
@@ -576,11 +522,6 @@ class Writer:
         for u in updates:
             lines.append("    " * indent + u)
         return lines
-
-    def dot_flattens(self, dims: tuple[int, ...]) -> bool:
-        """Whether an output fusion's product (if any) has the iteration space's dims, so a
-        short-row form reads it through a flat view as it reads such inputs."""
-        return self.dot is None or self.dot.shape.dims == tuple(dims)
 
     def dot_load(self, index: tuple[Ix, ...]) -> Ix:
         """The product's element at `index` (of the whole product): its block holds the rows
@@ -590,12 +531,15 @@ class Writer:
         first, *rest = index
         local = (Ix(f"{first.text} - dot_start", first.deps), *rest)
         deps = frozenset().union(*(i.deps for i in index))
-        if self.short is not None and self.dot.shape.dims == self.short:
-            self.dot_flat = True
-            return Ix(f"dot_flat[{_unsigned(_linear(local, self.short))}]", deps)
+        if self.short is not None:  # (its dims are the short form's: `row_forms.short`)
+            return self.flat_loader("dot")(Ix(linear_index(local, self.short), deps))
         return Ix(f"dot[{index_text(local)}]", deps)
 
-    def opaque_extent(self, extent: int) -> str:
+    def count(self, extent: int, opaque_below: int) -> str:
+        """The count of a loop along a row, as source: hidden from LLVM (`scalar.opaque`, made
+        once per call) where `row_forms.hidden`."""
+        if not row_forms.hidden(extent, opaque_below):
+            return str(extent)
         name = f"n{extent}"
         line = f"{name} = scalar.opaque({extent})"
         if line not in self.scratch:
@@ -619,7 +563,6 @@ class Writer:
                 if self.out_shapes[k].rank:
                     header.append(f"    out{k} = out{k}.reshape({size})")
         header += [f"    {p}_flat = {p}.ravel()" for p in self.flat_views]
-        header += ["    dot_flat = dot.ravel()"] if self.dot_flat else []
         header += [f"    out{k}_flat = out{k}.reshape({int(np.prod(self.out_shapes[k].dims))})"
                    for k in self.flat_outputs]
         header += ["    " + line for line in self.scratch]
@@ -646,19 +589,12 @@ def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
         name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
         kind, writer.rows, writer.dot, writer.dot is not None and blocked,
         writer.flat_dims is not None,
-        # not in place where the loop over rows is vectorised across interleaved elements: LLVM
-        # takes reads and writes of one array at distances under a vector for a dependence and
-        # leaves the loop scalar (a classifier's softmax over 65536x4 after its product: 1.1 ms
+        # not in place in the short-row form: over one array read and written at distances under
+        # a vector, LLVM leaves the loop scalar (a softmax over 65536x4 after its product: 1.1 ms
         # in place, 0.05 ms apart)
         dot_in_out=dot_in_output(comp, writer.dot, space) and writer.short is None,
         by_rows=space is not None,
     )
-
-
-def _unrolled(var: str, extent: int, body: list[str]) -> list[str]:
-    """The loop `for var in range(extent): body` as `extent` copies of its body."""
-    name = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(var)}(?![A-Za-z0-9_])")
-    return [name.sub(str(j), line) for j in range(extent) for line in body]
 
 
 __all__ = ["KernelSource", "write_kernel"]

@@ -196,7 +196,7 @@ def opaque(typingctx, value):
     the number, so a loop running to it is not unrolled whole. A loop along a short row with a
     known trip count is: LLVM then copies its body (an inlined exp) 10 to 20 times and leaves
     each copy scalar, where the loop vectoriser would have taken the loop as it is
-    (`kernels.ROW_LOOPS`)."""
+    (`row_forms.ROW_LOOPS`)."""
     if not isinstance(value, types.Integer):
         return None
 

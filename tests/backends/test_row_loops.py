@@ -1,5 +1,5 @@
-"""Loops along short and middling rows (`kernels.ROW_LOOPS`, `kernels.LOOP_ROWS`,
-`kernels.SHORT_ROW`):
+"""Loops along short and middling rows (`row_forms.ROW_LOOPS`, `row_forms.LOOP_ROWS`,
+`row_forms.SHORT_ROW`):
 
 - an input kernel's passes along rows of 9 to 63 elements, and a loop kernel's innermost loop
   of 9 to 23, run to a trip count LLVM cannot see (`scalar.opaque`), so it vectorises them
@@ -26,7 +26,7 @@ import pytest
 
 import xfuse
 from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close, flush_subnormals, same_bits
-from xfuse.backends.numba import kernels, scalar
+from xfuse.backends.numba import row_forms, scalar
 from xfuse.backends.numba.lowering import lower
 from xfuse.runtime import program
 from xfuse.hlo import DType
@@ -111,7 +111,7 @@ def test_middling_rows_past_the_parallel_threshold():
 # ---------------------------------------------------------------- loop kernels over short rows
 @pytest.fixture
 def small_inputs_too(monkeypatch):
-    monkeypatch.setattr(kernels, "SHORT_ROW_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(row_forms, "SHORT_ROW_MIN_ELEMENTS", 0)
 
 
 LOOP_CASES = {  # (function, operand shapes given the rows and the short length, tolerance)
@@ -154,7 +154,7 @@ def test_short_last_axes_of_loop_kernels_unroll_and_match(name, length, dtype, m
         reference = xfuse.jit(fn, backend="reference")(*args)
         clean = [flush_subnormals(np.where(np.isnan(a), a.dtype.type(0.25), a)) for a in args]
         got_clean, want_jax = compiled(*clean), np.asarray(jax.jit(fn)(*clean))
-        monkeypatch.setattr(kernels, "SHORT_ROW", 0)
+        monkeypatch.setattr(row_forms, "SHORT_ROW", 0)
         looped = xfuse.jit(fn).lower(*args).compile()
         assert "_flat" not in looped.kernel_source()
         before = looped(*args)
@@ -211,7 +211,7 @@ def test_output_fusions_over_short_rows_read_the_product_flat(fn, classes, monke
     text = compiled.kernel_source()
     assert "dot_flat = dot.ravel()" in text and "out0_flat" in text, text
     got = compiled(x, w, b)
-    monkeypatch.setattr(kernels, "SHORT_ROW", 0)
+    monkeypatch.setattr(row_forms, "SHORT_ROW", 0)
     looped = xfuse.jit(fn).lower(x, w, b).compile()
     assert "dot_flat" not in looped.kernel_source()
     assert same_bits(got, looped(x, w, b)).all(), "differs from the kernel with row loops"
@@ -275,7 +275,7 @@ def test_the_c_backend_takes_the_same_forms(case, small_inputs_too):
     }[kind]
     compiled = xfuse.jit(fn, backend="c").lower(*args).compile()
     text = compiled.kernel_source()
-    assert ("scalar_opaque" in text) if n > kernels.SHORT_ROW else ("_flat" in text), text
+    assert ("scalar_opaque" in text) if n > row_forms.SHORT_ROW else ("_flat" in text), text
     got = compiled(*args)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(xfuse.jit(fn, backend="reference")(*args)))
     tolerance = TRANSCENDENTAL if kind == "bias_tanh" else ACCUMULATION

@@ -1,4 +1,4 @@
-"""Reductions along short rows (`kernels.SHORT_ROW`): the loops along the row unrolled, the
+"""Reductions along short rows (`row_forms.SHORT_ROW`): the loops along the row unrolled, the
 arrays of the iteration space read and written through flat views, so LLVM vectorises across
 rows. Against the same kernels written with their row loops (bit for bit: each row still
 combines its elements in order), the reference interpreter and jax.jit: NaN, infinities, -0.0,
@@ -15,7 +15,7 @@ import pytest
 
 import xfuse
 from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close, flush_subnormals, same_bits
-from xfuse.backends.numba import kernels
+from xfuse.backends.numba import row_forms
 from xfuse.hlo import DType
 
 
@@ -64,7 +64,7 @@ def short_rows_with_specials(dtype, rows: int, length: int, seed: int) -> np.nda
 def small_inputs_too(monkeypatch):
     """The unrolled form for inputs of any size (by default from SHORT_ROW_MIN_ELEMENTS), so
     the cases below stay small."""
-    monkeypatch.setattr(kernels, "SHORT_ROW_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(row_forms, "SHORT_ROW_MIN_ELEMENTS", 0)
 
 
 def source(fn, x) -> str:
@@ -73,7 +73,7 @@ def source(fn, x) -> str:
 
 def test_small_inputs_keep_their_loops():
     softmax = lambda v: jax.nn.softmax(v, axis=-1)  # noqa: E731
-    rows = kernels.SHORT_ROW_MIN_ELEMENTS // 8
+    rows = row_forms.SHORT_ROW_MIN_ELEMENTS // 8
     assert re.search(r"for r\d", source(softmax, np.ones((rows - 1, 8), np.float32)))
     assert not re.search(r"for r\d", source(softmax, np.ones((rows, 8), np.float32)))
 
@@ -89,7 +89,7 @@ def test_short_rows_unroll_and_go_through_flat_views(length, small_inputs_too):
 
 
 def test_a_row_longer_than_the_bound_keeps_its_loop(small_inputs_too):
-    x = np.ones((64, kernels.SHORT_ROW + 1), np.float32)
+    x = np.ones((64, row_forms.SHORT_ROW + 1), np.float32)
     text = source(lambda v: jax.nn.softmax(v, axis=-1), x)
     assert re.search(r"for r\d", text) and "_flat" not in text
 
@@ -106,7 +106,7 @@ def test_short_row_reductions_match_their_looped_kernels_the_reference_and_jax(n
 
 def check_row_reduction(name, x, monkeypatch, setting, new_form, old_form) -> None:
     """Reduction `name` of FLOAT_REDUCTIONS over `x` in a kernel of the form `new_form` (a test
-    of its source) against the kernel of `old_form` made with `kernels.<setting>` at 0, bit for
+    of its source) against the kernel of `old_form` made with `row_forms.<setting>` at 0, bit for
     bit, and against the reference and jax.jit."""
     fn, tolerance = FLOAT_REDUCTIONS[name]
     with jax.enable_x64(x.dtype == np.float64):
@@ -119,7 +119,7 @@ def check_row_reduction(name, x, monkeypatch, setting, new_form, old_form) -> No
         # propagates NaN, as xfuse and the reference do, checked above)
         flushed = flush_subnormals(np.where(np.isnan(x), x.dtype.type(1.5), x))
         got_flushed, want_jax = compiled(flushed), np.asarray(jax.jit(fn)(flushed))
-        monkeypatch.setattr(kernels, setting, 0)
+        monkeypatch.setattr(row_forms, setting, 0)
         other = xfuse.jit(fn).lower(x).compile()
         assert old_form(other.kernel_source()), other.kernel_source()
         before = other(x)
