@@ -42,6 +42,12 @@ ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}  # 
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 
 
+def tile_index(column: str) -> str:
+    """The index into a tile (`row_forms.tiled`) of the block's row b at `column`, as source."""
+    column = column if re.fullmatch(r"\w+", column) else f"({column})"
+    return f"U({column} * {row_forms.TILE_ROWS} + b)"
+
+
 @dataclass
 class KernelSource:
     name: str
@@ -86,6 +92,8 @@ class Writer:
         self.flat_outputs: list[int] = []  # outputs written through `out_flat = out.reshape(n)`
         self.rows = 1
         self.scratch: list[str] = []  # row buffers, allocated once per call
+        self.knames: list[str] = []  # an input kernel's kept loops
+        self.tiles: dict[str, str] = {}  # tiled kernels: array -> the source of its element (k, j)
 
     def loader(self, param: str):
         rank = self.comp[param].array_shape.rank
@@ -103,11 +111,30 @@ class Writer:
                 return Ix(f"{param}[{unsigned_index(index[0].text)}]", index[0].deps)
             deps = frozenset().union(*(i.deps for i in index))
             if self.short is not None and self.comp[param].array_shape.dims == self.short:
+                if self.in_tile(index):
+                    element = linear_index((*(Ix(n) for n in self.knames), Ix("j")), self.short)
+                    return Ix(self.tile_read(param, f"{param}_flat[U({element})]", index[-1].text), deps)
                 return self.flat_loader(param)(Ix(linear_index(index, self.short), deps))
             array, rest = self.row_view(param, index, deps)
             return Ix(f"{array}[{index_text(rest)}]", deps)
 
         return load
+
+    def in_tile(self, index: tuple[Ix, ...]) -> bool:
+        """Whether an element of the row space at `index` is read from its tile: in a tiled
+        kernel (`row_forms.tiled`), in the block's row."""
+        return row_forms.tiled(self.short) and [i.text for i in index[:-1]] == self.knames
+
+    def tile_read(self, array: str, element: str, column: str) -> str:
+        """The read of `array`'s element in `column` of the block's row b, from its tile,
+        which each block fills first, from `element` (source, of the row k and its column j)."""
+        if array not in self.tiles:
+            dtype = self.dot.shape.dtype if array == "dot" else self.comp[array].shape.dtype
+            self.scratch.append(f"t_{array} = scalar.row_buffer({self.short[-1] * row_forms.TILE_ROWS}, {np_name(dtype)})")
+            self.tiles[array] = element
+            if array not in self.flat_views:
+                self.flat_views.append(array)
+        return f"t_{array}[{tile_index(column)}]"
 
     def flat_loader(self, param: str):
         """A reshaped parameter read at the linear index of the reshape: one index into its
@@ -154,6 +181,12 @@ class Writer:
         if self.short is not None and shape.dims == self.short:
             if k not in self.flat_outputs:
                 self.flat_outputs.append(k)
+            if row_forms.tiled(self.short):  # the block's column index[-1], its row b
+                tile = f"to{k}"
+                if not any(line.startswith(f"{tile} = ") for line in self.scratch):
+                    size = self.short[-1] * row_forms.TILE_ROWS
+                    self.scratch.append(f"{tile} = scalar.row_buffer({size}, {np_name(shape.dtype)})")
+                return f"{tile}[{tile_index(index[-1].text)}] = {cast}"
             return f"out{k}_flat[{unsigned_index(linear_index(index, self.short))}] = {cast}"
         if self.flat_dims is None and len(index) > 1:
             deps = frozenset().union(*(i.deps for i in index))
@@ -262,9 +295,9 @@ class Writer:
     def input(self, full: tuple[int, ...], axes: tuple[int, ...]) -> None:
         kept = [i for i in range(len(full)) if i not in axes]
         self.rows = full[kept[0]] if kept else 1
-        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot):
+        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, reduction=True):
             self.short = tuple(full)
-        knames = [f"k{j}" for j in range(len(kept))]
+        knames = self.knames = [f"k{j}" for j in range(len(kept))]
         for level, n in enumerate(knames, start=1):
             self.level_of[n] = level
         row_level = len(knames)
@@ -281,9 +314,23 @@ class Writer:
         if row_level > 0:  # with no kept dimensions, the segments hold the prologue
             for s in self.statements(0):
                 self.add(indent, s)
+        tiled = row_forms.tiled(self.short)
         for level, n in enumerate(knames, start=1):
-            bounds = "row_start, row_end" if level == 1 else str(full[kept[level - 1]])
-            self.add(indent, f"for {n} in range({bounds}):")
+            lo, hi = ("row_start", "row_end") if level == 1 else ("0", str(full[kept[level - 1]]))
+            if tiled and level == row_level:  # blocks of TILE_ROWS rows, each row b of its block
+                self.add(indent, f"for {n}_t in range({lo}, {hi}, {row_forms.TILE_ROWS}):")
+                self.add(indent + 1, f"nb = scalar.opaque(min({row_forms.TILE_ROWS}, {hi} - {n}_t))")
+                if self.tiles:  # the block's inputs, into their tiles
+                    self.add(indent + 1, "for b in range(nb):")
+                    self.add(indent + 2, f"{n} = {n}_t + b")
+                    self.add(indent + 2, f"for j in range({full[-1]}):")
+                    for array, element in self.tiles.items():
+                        self.add(indent + 3, f"t_{array}[{tile_index('j')}] = {element}")
+                self.add(indent + 1, "for b in range(nb):")
+                self.add(indent + 2, f"{n} = {n}_t + b")
+                indent += 1
+            else:
+                self.add(indent, f"for {n} in range({lo + ', ' + hi if level == 1 else hi}):")
             indent += 1
             if level < row_level:
                 for s in self.statements(level):
@@ -293,6 +340,22 @@ class Writer:
                 self.add(indent, s)
             for line in pre + loop_lines:
                 self.add(indent, line)
+        if tiled:
+            self.tile_copies(indent - 1, knames, full)
+
+    def tile_copies(self, indent: int, knames: list[str], full: tuple[int, ...]) -> None:
+        """A tiled block's outputs copied out in order (`row_forms.tile_order`), after its rows."""
+        tiles = [k for k in self.flat_outputs if self.out_shapes[k].dims == self.short]
+        if not tiles:
+            return
+        width = full[-1]
+        order = f"tile_order_{width}"
+        self.emitter.globals[order] = row_forms.tile_order(width)
+        first = linear_index((*(Ix(n) for n in knames[:-1]), Ix(f"{knames[-1]}_t"), Ix("0")), tuple(full))
+        self.add(indent, f"first = {first}")
+        self.add(indent, f"for i in range(nb * {width}):")
+        for k in tiles:
+            self.add(indent + 1, f"out{k}_flat[U(first + i)] = to{k}[U({order}[i])]")
 
     def phases(self, reductions: list[Instruction]) -> list[list[Instruction]]:
         phase: dict[str, int] = {}
@@ -325,7 +388,7 @@ class Writer:
     def reduction_pass(self, p, members, full, axes, kept, kept_index, row_level):
         row_deps = frozenset().union(*(i.deps for i in kept_index)) if kept_index else frozenset()
         extent = full[axes[-1]] if axes else 1
-        if self.row_sums(members, full, axes):
+        if self.short is None and self.row_sums(members, full, axes):
             return self.buffer_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
         cheap = not any(self.transcendental_upstream(r.operands[0]) for r in members)
         if len(axes) == 1 and extent >= 4 * LANES and cheap and all(r.op in LANE_OPS for r in members):
@@ -513,7 +576,7 @@ class Writer:
                 return copies
         lines, indent = [], 0
         for depth, (n, d) in enumerate(zip(rnames, extents), start=1):
-            if depth == len(extents):
+            if depth == len(extents) and self.short is None:  # (in a short form LLVM may unroll it)
                 d = self.count(d, row_forms.ROW_LOOPS)
             lines.append("    " * indent + f"for {n} in range({d}):")
             indent += 1
@@ -532,6 +595,10 @@ class Writer:
         local = (Ix(f"{first.text} - dot_start", first.deps), *rest)
         deps = frozenset().union(*(i.deps for i in index))
         if self.short is not None:  # (its dims are the short form's: `row_forms.short`)
+            if self.in_tile(index):
+                element = linear_index((Ix(f"{self.knames[0]} - dot_start"), *(Ix(n) for n in self.knames[1:]),
+                                        Ix("j")), self.short)
+                return Ix(self.tile_read("dot", f"dot_flat[U({element})]", index[-1].text), deps)
             return self.flat_loader("dot")(Ix(linear_index(local, self.short), deps))
         return Ix(f"dot[{index_text(local)}]", deps)
 

@@ -212,6 +212,7 @@ def test_output_fusions_over_short_rows_read_the_product_flat(fn, classes, monke
     assert "dot_flat = dot.ravel()" in text and "out0_flat" in text, text
     got = compiled(x, w, b)
     monkeypatch.setattr(row_forms, "SHORT_ROW", 0)
+    monkeypatch.setattr(row_forms, "TILED_ROW", 0)
     looped = xfuse.jit(fn).lower(x, w, b).compile()
     assert "dot_flat" not in looped.kernel_source()
     assert same_bits(got, looped(x, w, b)).all(), "differs from the kernel with row loops"

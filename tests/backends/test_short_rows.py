@@ -89,7 +89,7 @@ def test_short_rows_unroll_and_go_through_flat_views(length, small_inputs_too):
 
 
 def test_a_row_longer_than_the_bound_keeps_its_loop(small_inputs_too):
-    x = np.ones((64, row_forms.SHORT_ROW + 1), np.float32)
+    x = np.ones((64, row_forms.TILED_ROW + 1), np.float32)
     text = source(lambda v: jax.nn.softmax(v, axis=-1), x)
     assert re.search(r"for r\d", text) and "_flat" not in text
 
@@ -100,14 +100,16 @@ def test_a_row_longer_than_the_bound_keeps_its_loop(small_inputs_too):
 def test_short_row_reductions_match_their_looped_kernels_the_reference_and_jax(name, length, dtype, monkeypatch,
                                                                          small_inputs_too):
     x = short_rows_with_specials(dtype, 300, length, seed=length)
-    check_row_reduction(name, x, monkeypatch, "SHORT_ROW", new_form=lambda text: "_flat" in text,
+    check_row_reduction(name, x, monkeypatch, ("SHORT_ROW", "TILED_ROW"), new_form=lambda text: "_flat" in text,
                         old_form=lambda text: "_flat" not in text)
 
 
-def check_row_reduction(name, x, monkeypatch, setting, new_form, old_form) -> None:
+def check_row_reduction(name, x, monkeypatch, settings, new_form, old_form) -> None:
     """Reduction `name` of FLOAT_REDUCTIONS over `x` in a kernel of the form `new_form` (a test
-    of its source) against the kernel of `old_form` made with `row_forms.<setting>` at 0, bit for
-    bit, and against the reference and jax.jit."""
+    of its source) against the kernel of `old_form` made with `row_forms.<setting>` at 0 (a
+    name, or several; or a dict of values), bit for bit, and against the reference and jax.jit."""
+    settings = {settings: 0} if isinstance(settings, str) else settings
+    settings = settings if isinstance(settings, dict) else dict.fromkeys(settings, 0)
     fn, tolerance = FLOAT_REDUCTIONS[name]
     with jax.enable_x64(x.dtype == np.float64):
         compiled = xfuse.jit(fn).lower(x).compile()
@@ -119,11 +121,12 @@ def check_row_reduction(name, x, monkeypatch, setting, new_form, old_form) -> No
         # propagates NaN, as xfuse and the reference do, checked above)
         flushed = flush_subnormals(np.where(np.isnan(x), x.dtype.type(1.5), x))
         got_flushed, want_jax = compiled(flushed), np.asarray(jax.jit(fn)(flushed))
-        monkeypatch.setattr(row_forms, setting, 0)
+        for setting, value in settings.items():
+            monkeypatch.setattr(row_forms, setting, value)
         other = xfuse.jit(fn).lower(x).compile()
         assert old_form(other.kernel_source()), other.kernel_source()
         before = other(x)
-    assert same_bits(got, before).all(), f"{name}: differs from the kernel made with {setting} = 0"
+    assert same_bits(got, before).all(), f"{name}: differs from the kernel made with {settings}"
     assert_row_results(name, x, got, reference, got_flushed, want_jax, tolerance)
 
 
@@ -136,7 +139,7 @@ def assert_row_results(name, x, got, reference, got_flushed, want_jax, tolerance
         return
     with np.errstate(over="ignore"):
         scale = np.max(np.abs(np.nan_to_num(x, posinf=0, neginf=0)), axis=-1) * x.shape[-1]
-    scale = scale if got.ndim == 1 else scale[:, None] * np.ones_like(got)
+    scale = scale if got.ndim == x.ndim - 1 else scale[..., None] * np.ones_like(got)
     if name == "softmax":
         scale = np.ones_like(got)
     assert_close(got, reference, DType.from_numpy(x.dtype), f"{name} vs reference", tolerance, scale=scale)
