@@ -478,7 +478,8 @@ class Renderer:
             return f"scalar_{name}({', '.join(texts)})", kind
         elif module == "rows" and len(args) == 1 and isinstance(args[0][1], Arr):
             arr = args[0][1]
-            return f"rows_{name}({texts[0]}, {arr.dims[0]})", SUFFIX.get(name.rsplit("_", 1)[-1])
+            kind = "int64_t" if name.startswith("arg") else SUFFIX.get(name.rsplit("_", 1)[-1])
+            return f"rows_{name}({texts[0]}, {arr.dims[0]})", kind
         raise self.fail(node, "a call")
 
 

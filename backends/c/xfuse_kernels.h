@@ -970,4 +970,21 @@ static inline double rows_min_f64(const double *a, int64_t n) {
     return nan ? (double)NAN : xf_float64((uint64_t)(lo ^ ((lo >> 63) & XF_MAG64)));
 }
 
+/* The first index of a row's max (min), or of its first NaN (rows.py's argmax_f32 and others). */
+#define XF_FIRST(T) \
+    static inline int64_t xf_first_##T(const T *a, int64_t n, T value) { \
+        if (value != value) { \
+            for (int64_t i = 0; i < n; ++i) if (a[i] != a[i]) return i; \
+        } \
+        for (int64_t i = 0; i < n; ++i) if (a[i] == value) return i; \
+        return 0; \
+    }
+XF_FIRST(float)
+XF_FIRST(double)
+
+static inline int64_t rows_argmax_f32(const float *a, int64_t n) { return xf_first_float(a, n, rows_max_f32(a, n)); }
+static inline int64_t rows_argmin_f32(const float *a, int64_t n) { return xf_first_float(a, n, rows_min_f32(a, n)); }
+static inline int64_t rows_argmax_f64(const double *a, int64_t n) { return xf_first_double(a, n, rows_max_f64(a, n)); }
+static inline int64_t rows_argmin_f64(const double *a, int64_t n) { return xf_first_double(a, n, rows_min_f64(a, n)); }
+
 #endif /* XFUSE_KERNELS_H */

@@ -38,7 +38,8 @@ LANES = 8  # accumulators of a vectorised row reduction
 # the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
 TILE = 16
 MAX_PIECES = 32  # of an innermost loop split where a concatenate or pad switches operands
-ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}  # through `rows`
+ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min",  # through `rows`
+           Op.ARGMAX: "argmax", Op.ARGMIN: "argmin"}
 LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 
 
@@ -422,21 +423,23 @@ class Writer:
         to vectorise: those go through `rows`."""
         if len(axes) != 1 or axes[0] != len(full) - 1 or full[axes[0]] < row_forms.ROW_SUMS_MIN:
             return False
-        return all(r.op in ROW_OPS and r.shape.dtype in (DType.F32, DType.F64)
-                   and self.comp[r.operands[0]].shape.dtype == r.shape.dtype for r in members)
+        return all(r.op in ROW_OPS and self.comp[r.operands[0]].shape.dtype in (DType.F32, DType.F64)
+                   and (r.op in (Op.ARGMAX, Op.ARGMIN) or self.comp[r.operands[0]].shape.dtype == r.shape.dtype)
+                   for r in members)
 
     def buffer_pass(self, p, members, full, axes, kept, kept_index, row_level, row_deps):
         """Row sums in two steps: the summand of every column into a row buffer (a loop with
         no carried value, so it vectorises, transcendentals included), then `rows.sum_*`, whose
         additions alone may be reordered into vector lanes. Later passes over the same row
-        read the buffer instead of computing the summand again (softmax's exp)."""
+        read the buffer instead of computing the summand again (softmax's exp). Maxima, minima
+        and their indices (`rows.argmax_*`) go the same way."""
         rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
         axis, extent, var = axes[0], full[axes[0]], rnames[0]
         inits, updates, finals = [], [], []
         for r in members:
             tag = r.name.replace(".", "_").replace("-", "_")
             buf, acc = f"buf_{tag}", f"acc_{tag}"
-            dtype = r.shape.dtype
+            dtype = self.comp[r.operands[0]].shape.dtype
             fn = f"rows.{ROW_OPS[r.op]}_{dtype.value}"
             summand = self.emitter.value(r.operands[0], full_index)
             direct = re.fullmatch(rf"(row\d+)\[{var}\]", summand.text)
@@ -446,7 +449,7 @@ class Writer:
                 self.row_buffer(buf, extent, dtype)
                 updates.append(f"{buf}[{var}] = {summand.text}")
                 finals.append(f"{acc} = {fn}({buf})")
-            result = Ix(acc, row_deps)
+            result = Ix(f"{np_name(r.shape.dtype)}({acc})" if r.op in (Op.ARGMAX, Op.ARGMIN) else acc, row_deps)
             self.emitter.overrides[r.name] = lambda index, result=result: result
             if updates and updates[-1].startswith(buf) and r.operands[0] not in self.emitter.overrides:
                 self.reuse_row(r.operands[0], buf, axis, kept, kept_index, row_deps)

@@ -16,7 +16,7 @@ import pytest
 
 import xfuse
 from tests.tolerances import ACCUMULATION, EXACT, TRANSCENDENTAL, assert_close
-from xfuse.backends.numba import scalar
+from xfuse.backends.numba import row_forms, scalar
 from xfuse.backends.numba.analysis import STACK_ROW_BYTES
 from xfuse.hlo import DType
 
@@ -82,6 +82,64 @@ def test_max_and_min_keep_the_sign_of_zero():
     mn = xfuse.jit(lambda x: jnp.min(x, axis=-1))(x)
     np.testing.assert_array_equal(np.signbit(mx), [True, False, False, False])
     np.testing.assert_array_equal(np.signbit(mn), [True, True, True, True])
+
+
+ARG_REDUCTIONS = {
+    "argmax": lambda x: jnp.argmax(x, axis=-1),
+    "argmin": lambda x: jnp.argmin(x, axis=-1),
+    "argmax_of_square": lambda x: jnp.argmax(x * x - 1.0, axis=-1),  # a row buffer, not the input's row
+    "argmin_and_max": lambda x: (jnp.argmin(x, axis=-1), jnp.max(x, axis=-1)),
+}
+
+
+def first_extreme(x: np.ndarray, largest: bool) -> np.ndarray:
+    """jax's argmax (argmin) written out: the first NaN in a row, else the first element equal
+    to the row's max (min), -0.0 equal to +0.0."""
+    out = np.zeros(x.shape[:-1], np.int64)
+    for r, row in enumerate(x.reshape(-1, x.shape[-1])):
+        nans = np.flatnonzero(np.isnan(row))
+        out.reshape(-1)[r] = nans[0] if nans.size else np.flatnonzero(row == (row.max() if largest else row.min()))[0]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(24, 67), (300, 24), (12, 1000)])
+@pytest.mark.parametrize("name", list(ARG_REDUCTIONS))
+def test_arg_reductions_go_through_rows_and_keep_the_first_index(name, shape, dtype, monkeypatch):
+    """argmax and argmin: the extreme through `rows`' keys, then the first element equal to it
+    (or the first NaN): against the in-order loop carrying both (ROW_SUMS_MIN past the row),
+    the reference, jax.jit and the rule written out. Ties of -0.0 and +0.0 keep the first."""
+    fn = ARG_REDUCTIONS[name]
+    x = rows_with_specials(dtype, shape=shape, seed=shape[1])
+    x[6, 3:] = x[6, 3]  # a tie along the row
+    x[7, :] = -np.inf
+    x[8, ::3] = -0.0
+    x[8, 1::3] = 0.0
+    with jax.enable_x64(dtype == np.float64):
+        compiled = xfuse.jit(fn).lower(x).compile()
+        assert f"rows.{name[:6]}_{DType.from_numpy(np.dtype(dtype)).value}" in compiled.kernel_source()
+        got = jax.tree.leaves(compiled(x))
+        reference = jax.tree.leaves(xfuse.jit(fn, backend="reference")(x))
+        want_jax = jax.tree.leaves(jax.jit(fn)(x))
+        monkeypatch.setattr(row_forms, "ROW_SUMS_MIN", 1 << 30)
+        monkeypatch.setattr(row_forms, "TILED_ROW", 0)
+        looped = xfuse.jit(fn).lower(x).compile()
+        assert "rows.arg" not in looped.kernel_source()
+        before = jax.tree.leaves(looped(x))
+    np.testing.assert_array_equal(got[0], before[0])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want_jax[0])
+    with np.errstate(over="ignore"):  # +-3e38 squared: infinity, in xfuse's f32 too
+        operand = x * x - 1.0 if name == "argmax_of_square" else x
+    np.testing.assert_array_equal(got[0], first_extreme(operand, largest=name.startswith("argmax")))
+
+
+def test_the_c_backend_finds_the_same_first_indices():
+    x = rows_with_specials(np.float32, shape=(24, 67), seed=2)
+    for fn in (ARG_REDUCTIONS["argmax"], ARG_REDUCTIONS["argmin"]):
+        compiled = xfuse.jit(fn, backend="c").lower(x).compile()
+        assert "rows_arg" in compiled.kernel_source()
+        np.testing.assert_array_equal(compiled(x), xfuse.jit(fn, backend="reference")(x))
 
 
 SHIFTS = {  # name: (fn, whether its exp's argument is x - max(x) over the axis it spreads back on)
