@@ -3,8 +3,9 @@ own process, processes in turns, the median process reported (`benchmarks.pairs`
 
     python -m benchmarks.short_rows [--processes 3]
 
-Rows of at most 8 elements run in kernels vectorised across rows (`row_forms.SHORT_ROW`); rows of
-9 to 63 run along each row in loops LLVM vectorises (`row_forms.ROW_LOOPS`). The elementwise
+Rows of at most 8 elements run in kernels vectorised across rows (`row_forms.SHORT_ROW`), rows of
+9 to 23 too, in blocks of 64 rows through stack tiles (`row_forms.TILED_ROW`); longer rows run
+along each row in loops LLVM vectorises (`row_forms.ROW_LOOPS`), argmax through `rows`. The elementwise
 `bias_tanh` cases are loop kernels over a short last axis (`row_forms.LOOP_ROWS`), and `head` is a
 classifier's softmax(relu(x @ w + b)) over few classes.
 """
@@ -30,6 +31,12 @@ WORKLOADS = {  # name: (function, shape or shapes), float32 inputs
     "softmax_43690x12": ("softmax", (43690, 12)),
     "softmax_21845x24": ("softmax", (21845, 24)),
     "layer_norm_10922x48": ("layer_norm", (10922, 48)),
+    "layer_norm_43690x12": ("layer_norm", (43690, 12)),
+    "logsumexp_43690x12": ("logsumexp", (43690, 12)),
+    "argmax_43690x12": ("argmax", (43690, 12)),
+    "softmax_26214x20": ("softmax", (26214, 20)),
+    "argmax_16384x32": ("argmax", (16384, 32)),
+    "argmax_4096x1024": ("argmax", (4096, 1024)),
     "bias_tanh_131072x4": ("bias_tanh", [(131072, 4), (4,)]),
     "bias_tanh_52428x10": ("bias_tanh", [(52428, 10), (10,)]),
     "bias_tanh_32768x16": ("bias_tanh", [(32768, 16), (16,)]),

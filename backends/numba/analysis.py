@@ -10,13 +10,18 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleShape
 
-# A kernel is split across threads when its estimated work (elements, with each transcendental
-# op counted as TRANSCENDENTAL_WORK more) reaches PARALLEL_MIN_WORK: handing a chunk to a pool
-# thread and waiting for it cost 50-75 us on these machines (40 us since the pool waits on
-# SimpleQueues, runtime/parallel.py), and a unit of work about 0.1 ns, so a split pays from
-# some 2**21 units (measured: the tanh/sigmoid chain on 2**16 floats, 0.6M units, took 58 us
-# on one thread and 102 us split in two with the older pool).
-PARALLEL_MIN_WORK = 1 << 21
+# A kernel is split across threads when its estimated work (`work_estimate`, in units of about
+# 0.1 ns on one core) reaches PARALLEL_MIN_WORK: handing a chunk to a pool thread and waiting for
+# it costs some 20-40 us (runtime/parallel.py), so a split pays from about 100 us of work.
+# Measured on one core and split over two (2 cores, 1 MiB of L2 each): x * 2 + 1 over 2**19 f32
+# 158 -> 104 us (jax.jit 68 us), over 2**18 56 -> 52 us, over 2**16 7 -> 32 us; layer norm over
+# 2**18 elements in rows of 12, 125 -> 89 us; a sum over rows of 256, 2**18 elements, 11 -> 25
+# us; the tanh/sigmoid chain on 2**16 floats, 34 us either way.
+PARALLEL_MIN_WORK = 1 << 20
+# Each 4 bytes a kernel reads (its parameters, once) or writes counts this many units: past the
+# L2 an element moved costs more than an element computed (x * 2 + 1 over 2**19 f32 took 0.30 ns
+# an element on one core, 0.11 ns over 2**16).
+MEMORY_WORK = 1
 TRANSCENDENTAL_WORK = 4
 TRANSCENDENTAL_OPS = {
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG1P, Op.TANH, Op.LOGISTIC, Op.SIN, Op.COS, Op.TAN,
@@ -174,12 +179,18 @@ def row_slices(comp: Computation, dot: Instruction | None) -> list[int] | None:
 
 
 def work_estimate(comp: Computation, space) -> int:
-    """Elements of the iteration space, times 1 + TRANSCENDENTAL_WORK per transcendental op."""
+    """Elements of the iteration space, times one pass over them (and one more per reduction
+    of an input kernel, each making a pass of its own) plus TRANSCENDENTAL_WORK per
+    transcendental op; and MEMORY_WORK per 4 bytes of the parameters and outputs."""
+    passes = 1
     if space is not None:
         size = 1
         for d in space[0]:
             size *= d
+        passes += sum(1 for i in comp.instructions if i.info.kind is Kind.REDUCTION)
     else:
         size = max((s.size for s in output_shapes(comp)), default=0)
     transcendental = sum(1 for i in comp.instructions if i.op in TRANSCENDENTAL_OPS)
-    return size * (1 + TRANSCENDENTAL_WORK * transcendental)
+    moved = sum(p.array_shape.size * p.array_shape.dtype.numpy.itemsize for p in comp.parameters)
+    moved += sum(s.size * s.dtype.numpy.itemsize for s in output_shapes(comp))
+    return size * (passes + TRANSCENDENTAL_WORK * transcendental) + MEMORY_WORK * moved // 4

@@ -103,6 +103,24 @@ def test_small_kernels_stay_on_the_calling_thread(two_threads, name):
     np.testing.assert_allclose(got, jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)
 
 
+MEMORY_BOUND = {  # name: (function, shape, split): work counts the bytes moved and the passes made
+    "scale_2^19": (lambda x: x * 2.0 + 1.0, (512, 1024), True),  # few operations, 4 MiB moved
+    "scale_2^18": (lambda x: x * 2.0 + 1.0, (256, 1024), False),
+    "layer_norm_2^18": (lambda x: layer_norm(x, 1.0, 0.0), (21845, 12), True),  # three passes
+    "row_sums_2^18": (lambda x: jnp.sum(x, axis=-1), (1024, 256), False),  # one pass, no output to speak of
+    "row_sums_2^20": (lambda x: jnp.sum(x, axis=-1), (4096, 256), True),
+}
+
+
+@pytest.mark.parametrize("name", list(MEMORY_BOUND))
+def test_work_counts_memory_and_passes(two_threads, name):
+    fn, shape, split = MEMORY_BOUND[name]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got = xfuse.jit(fn)(x)
+    assert (two_threads.submitted >= 1) is split, f"{name}: split {two_threads.submitted} times"
+    np.testing.assert_allclose(got, jax.jit(fn)(x), rtol=2e-5, atol=2e-5)
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_splitting_changes_no_result(name):
     fn, args = inputs(name, 300, 200)  # rows that do not divide evenly
