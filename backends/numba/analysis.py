@@ -181,7 +181,10 @@ def row_slices(comp: Computation, dot: Instruction | None) -> list[int] | None:
 def work_estimate(comp: Computation, space) -> int:
     """Elements of the iteration space, times one pass over them (and one more per reduction
     of an input kernel, each making a pass of its own) plus TRANSCENDENTAL_WORK per
-    transcendental op; and MEMORY_WORK per 4 bytes of the parameters and outputs."""
+    transcendental op; and MEMORY_WORK per 4 bytes the kernel reads and writes: its outputs,
+    its parameters, an output fusion's product, not the product's operands (BLAS reads those:
+    softmax(relu(x @ w + b)) at 64x512 @ 512x1024 would count w's 2 MiB, and its 33 us
+    epilogue was split at a cost of some 40 us)."""
     passes = 1
     if space is not None:
         size = 1
@@ -191,6 +194,9 @@ def work_estimate(comp: Computation, space) -> int:
     else:
         size = max((s.size for s in output_shapes(comp)), default=0)
     transcendental = sum(1 for i in comp.instructions if i.op in TRANSCENDENTAL_OPS)
-    moved = sum(p.array_shape.size * p.array_shape.dtype.numpy.itemsize for p in comp.parameters)
-    moved += sum(s.size * s.dtype.numpy.itemsize for s in output_shapes(comp))
+    dot = next((i for i in comp.instructions if i.op is Op.DOT_GENERAL), None)
+    read = [p.array_shape for p in comp.parameters
+            if dot is None or any(p.name in i.operands for i in comp.instructions if i is not dot)]
+    read += [dot.array_shape] if dot is not None else []
+    moved = sum(s.size * s.dtype.numpy.itemsize for s in read + output_shapes(comp))
     return size * (passes + TRANSCENDENTAL_WORK * transcendental) + MEMORY_WORK * moved // 4

@@ -121,6 +121,16 @@ def test_work_counts_memory_and_passes(two_threads, name):
     np.testing.assert_allclose(got, jax.jit(fn)(x), rtol=2e-5, atol=2e-5)
 
 
+def test_an_epilogues_work_leaves_out_the_products_operands(two_threads):
+    """softmax(relu(x @ w + b)) at 64x512 @ 512x1024: BLAS reads w's 2 MiB, the epilogue over
+    64x1024 does not, and stays on the calling thread (the product goes to BLAS as it is)."""
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in [(64, 512), (512, 1024), (1024,)])
+    got = xfuse.jit(mlp_softmax)(x, w, b)
+    assert two_threads.submitted == 0
+    np.testing.assert_allclose(got, jax.jit(mlp_softmax)(x, w, b), rtol=2e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_splitting_changes_no_result(name):
     fn, args = inputs(name, 300, 200)  # rows that do not divide evenly
