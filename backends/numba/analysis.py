@@ -13,7 +13,7 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleSha
 # A kernel is split across threads when its estimated work (`work_estimate`, in units of about
 # 0.1 ns on one core) reaches PARALLEL_MIN_WORK: handing a chunk to a pool thread and waiting for
 # it costs some 20-40 us (runtime/parallel.py), so a split pays from about 100 us of work.
-# Measured on one core and split over two (2 cores, 1 MiB of L2 each): x * 2 + 1 over 2**19 f32
+# Measured on one core and split over two (2 cores, 2 MiB of L2 each): x * 2 + 1 over 2**19 f32
 # 158 -> 104 us (jax.jit 68 us), over 2**18 56 -> 52 us, over 2**16 7 -> 32 us; layer norm over
 # 2**18 elements in rows of 12, 125 -> 89 us; a sum over rows of 256, 2**18 elements, 11 -> 25
 # us; the tanh/sigmoid chain on 2**16 floats, 34 us either way.

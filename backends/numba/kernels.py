@@ -180,14 +180,14 @@ class Writer:
         shape = self.out_shapes[k]
         cast = value.text if shape.dtype.is_pred else f"{np_name(shape.dtype)}({value.text})"
         if self.short is not None and shape.dims == self.short:
+            tiled = row_forms.tiled(self.short)  # into the tile `to{k}`, copied out in order
             if k not in self.flat_outputs:
                 self.flat_outputs.append(k)
-            if row_forms.tiled(self.short):  # the block's column index[-1], its row b
-                tile = f"to{k}"
-                if not any(line.startswith(f"{tile} = ") for line in self.scratch):
+                if tiled:
                     size = self.short[-1] * row_forms.TILE_ROWS
-                    self.scratch.append(f"{tile} = scalar.row_buffer({size}, {np_name(shape.dtype)})")
-                return f"{tile}[{tile_index(index[-1].text)}] = {cast}"
+                    self.scratch.append(f"to{k} = scalar.row_buffer({size}, {np_name(shape.dtype)})")
+            if tiled:  # the block's row b, at the row's element index[-1]
+                return f"to{k}[{tile_index(index[-1].text)}] = {cast}"
             return f"out{k}_flat[{unsigned_index(linear_index(index, self.short))}] = {cast}"
         if self.flat_dims is None and len(index) > 1:
             deps = frozenset().union(*(i.deps for i in index))
