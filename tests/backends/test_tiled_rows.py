@@ -21,6 +21,7 @@ import xfuse
 from tests.tolerances import ACCUMULATION, assert_close, same_bits
 from xfuse.backends.numba import row_forms
 from xfuse.hlo import DType
+from xfuse.runtime import program
 
 from .test_short_rows import FLOAT_REDUCTIONS, INT_REDUCTIONS, check_row_reduction, short_rows_with_specials
 
@@ -123,8 +124,13 @@ def _head(x, w, b):
     return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
 
 
+@pytest.mark.parametrize("blocks", [False, True], ids=["whole", "in_blocks_of_100_rows"])
 @pytest.mark.parametrize("classes", [10, 16])
-def test_an_output_fusions_product_goes_through_its_tile(classes, monkeypatch, small_inputs_too):
+def test_an_output_fusions_product_goes_through_its_tile(classes, blocks, monkeypatch, small_inputs_too):
+    """The product's tile reads its block of rows from `dot_start`, whole or a block at a time
+    (`program.BLOCK_BYTES`), the blocks' rows not a multiple of 64."""
+    if blocks:
+        monkeypatch.setattr(program, "BLOCK_BYTES", 100 * classes * 4)
     rng = np.random.default_rng(classes)
     x = rng.standard_normal((300, 24)).astype(np.float32)
     w = rng.standard_normal((24, classes)).astype(np.float32)
