@@ -204,3 +204,42 @@ def test_the_c_backend_renders_tiled_kernels(name, small_inputs_too):
         assert_close(got, reference, DType.F32, f"{name} on the C backend", tolerance,
                      scale=np.ones_like(got) if name == "softmax" else np.abs(reference) + 1.0)
 
+
+
+def _operand_cases(rng):
+    x = rng.standard_normal((130, 5)).astype(np.float32)
+    y = rng.standard_normal((130, 7)).astype(np.float32)
+    xy = np.concatenate([x, y], axis=1)
+    xy[4, 2], xy[9] = np.nan, -np.inf
+    return {  # name: (function, operands): the row space built from other shapes
+        "concatenation": (lambda x, y: jax.nn.softmax(jnp.concatenate([x, y * 2.0], axis=1), axis=-1), (x, y)),
+        "pad": (lambda x: jax.nn.softmax(jnp.pad(x, ((0, 0), (3, 4)), constant_values=-1.0), axis=-1), (x,)),
+        "row_scale_and_bias": (lambda v, b, s: jax.nn.log_softmax(v * s + b, axis=-1),
+                               (xy, rng.standard_normal(12).astype(np.float32),
+                                rng.standard_normal((130, 1)).astype(np.float32))),
+        "iota": (lambda v: jnp.argmax(v + jnp.arange(12, dtype=jnp.float32) * 0.1, axis=-1), (xy,)),
+        "variance_and_mean": (lambda v: jnp.var(v, axis=-1) + jnp.mean(v, axis=-1), (xy,)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_operand_cases(np.random.default_rng(0))))
+def test_rows_built_from_other_shapes(name, small_inputs_too):
+    """Concatenations and pads along the row, broadcasts of a row's scale and of a bias along
+    it, an iota: only the operands of the row space's own shape go through tiles."""
+    fn, args = _operand_cases(np.random.default_rng(0))[name]
+    compiled = xfuse.jit(fn).lower(*args).compile()
+    assert re.search(r"for k0_t in range", compiled.kernel_source()), compiled.kernel_source()
+    got = compiled(*args)
+    reference = xfuse.jit(fn, backend="reference")(*args)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+    if got.dtype.kind != "f":
+        np.testing.assert_array_equal(got, reference)
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(fn)(*args)))
+        return
+    finite = np.isfinite(reference)
+    assert_close(got[finite], reference[finite], DType.F32, name, ACCUMULATION,
+                 scale=np.maximum(np.abs(reference[finite]), 1.0))
+    clean = [np.nan_to_num(a, nan=0.5, neginf=-3.0) for a in args]
+    want_jax = np.asarray(jax.jit(fn)(*clean))
+    assert_close(compiled(*clean), want_jax, DType.F32, f"{name} vs jax", ACCUMULATION,
+                 scale=np.maximum(np.abs(want_jax), 1.0))
