@@ -3,7 +3,8 @@ the kernel filled). compile.py compiles the sums with numba's `reassoc` flag alo
 reorder their additions into vector lanes (as XLA's vectorised reductions do) while every other
 operation in a kernel keeps IEEE order; NaN and infinities propagate as in any order of the same
 sum. max and min are exact and vectorise without any flag: they reduce integer keys that order
-floats as jax does (-0.0 below +0.0), and a NaN anywhere gives NaN. Imports numpy and the
+floats as jax does (-0.0 below +0.0), and a NaN anywhere gives NaN. argmax and argmin find the
+extreme so, then the first element equal to it (or the first NaN). Imports numpy and the
 bit-cast intrinsics of mathlib.core (so numba).
 """
 
