@@ -296,15 +296,20 @@ class Writer:
     def input(self, full: tuple[int, ...], axes: tuple[int, ...]) -> None:
         kept = [i for i in range(len(full)) if i not in axes]
         self.rows = full[kept[0]] if kept else 1
-        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, reduction=True):
+        reductions = [i for i in self.comp.instructions if i.info.kind is Kind.REDUCTION]
+        phases = self.phases(reductions)
+        # one phase of row sums, maxima or minima (through `rows`; not their indices) and nothing
+        # transcendental: `row_forms.LIGHT_TILED_ROW`
+        light = len(phases) == 1 and self.row_sums(reductions, full, axes) \
+            and all(r.op not in (Op.ARGMAX, Op.ARGMIN) for r in reductions) \
+            and not any(i.op in TRANSCENDENTAL_OPS for i in self.comp.instructions)
+        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, reduction=True, light=light):
             self.short = tuple(full)
         knames = self.knames = [f"k{j}" for j in range(len(kept))]
         for level, n in enumerate(knames, start=1):
             self.level_of[n] = level
         row_level = len(knames)
         kept_index = tuple(Ix(n, frozenset({n})) for n in knames)
-        reductions = [i for i in self.comp.instructions if i.info.kind is Kind.REDUCTION]
-        phases = self.phases(reductions)
         segments = []  # (first row-level statement, (lines before the loop, loop, last statement))
         for p, members in enumerate(phases):
             start = self.mark(row_level)

@@ -51,16 +51,23 @@ ROW_SUMS_MIN = 9
 # Softmax over 43690x12 on one thread: 1.0 ms along each row (the loops of ROW_LOOPS, row sums
 # through `rows`), 0.43 ms so; its row sums add in order along the row. From 24 elements the
 # loops along the row are faster (softmax over 21845x24: 0.44 against 0.54 ms).
+# A light kernel (one phase of row sums, maxima or minima, nothing transcendental) is tiled up to
+# LIGHT_TILED_ROW only: from 16 elements `rows` does its little work faster than the tiles are
+# filled (one thread, 524288 elements: a sum of squares over rows of 16, 96 us tiled against 80;
+# of 20, 194 against 113; x - mean(x) over rows of 20, 325 against 232; at 15, 122 against 151).
 TILED_ROW = 23
+LIGHT_TILED_ROW = 15
 TILE_ROWS = 64
 
 
-def short(dims: tuple[int, ...], product, reduction: bool = False) -> bool:
+def short(dims: tuple[int, ...], product, reduction: bool = False, light: bool = False) -> bool:
     """Whether a kernel over `dims` (the last axis the row) takes the short-row form: a short
-    last axis (up to TILED_ROW for a `reduction` along it, in tiles), a large enough input, and
-    an output fusion's product (its dot instruction, or None) of these dims, read through a
-    flat view as such inputs are."""
-    limit = TILED_ROW if reduction and len(dims) >= 2 and dims[-2] >= TILE_ROWS else SHORT_ROW
+    last axis (up to TILED_ROW for a `reduction` along it, in tiles; LIGHT_TILED_ROW for a
+    `light` one), a large enough input, and an output fusion's product (its dot instruction, or
+    None) of these dims, read through a flat view as such inputs are."""
+    limit = SHORT_ROW
+    if reduction and len(dims) >= 2 and dims[-2] >= TILE_ROWS:
+        limit = max(SHORT_ROW, min(LIGHT_TILED_ROW, TILED_ROW) if light else TILED_ROW)
     return 2 <= dims[-1] <= limit and int(np.prod(dims)) >= SHORT_ROW_MIN_ELEMENTS \
         and (product is None or tuple(product.shape.dims) == tuple(dims))
 
