@@ -94,7 +94,9 @@ class Writer:
         self.rows = 1
         self.scratch: list[str] = []  # row buffers, allocated once per call
         self.knames: list[str] = []  # an input kernel's kept loops
-        self.tiles: dict[str, str] = {}  # tiled kernels: array -> the source of its element (k, j)
+        # tiled kernels: array -> the source of its element (k, j); None: the tiled form is off
+        self.tiles: dict[str, str] | None = {}
+        self.looped = False  # a loop along a short row was left a loop (`row_forms.unrolled`)
 
     def loader(self, param: str):
         rank = self.comp[param].array_shape.rank
@@ -303,7 +305,8 @@ class Writer:
         light = len(phases) == 1 and self.row_sums(reductions, full, axes) \
             and all(r.op not in (Op.ARGMAX, Op.ARGMIN) for r in reductions) \
             and not any(i.op in TRANSCENDENTAL_OPS for i in self.comp.instructions)
-        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, reduction=True, light=light):
+        tiles = self.tiles is not None
+        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, reduction=tiles, light=light):
             self.short = tuple(full)
         knames = self.knames = [f"k{j}" for j in range(len(kept))]
         for level, n in enumerate(knames, start=1):
@@ -582,6 +585,7 @@ class Writer:
             copies = row_forms.unrolled(name, extent, body)
             if copies is not None:
                 return copies
+            self.looped = True
         lines, indent = [], 0
         for depth, (n, d) in enumerate(zip(rnames, extents), start=1):
             if depth == len(extents) and self.short is None:  # (in a short form LLVM may unroll it)
@@ -645,14 +649,23 @@ class Writer:
         return "\n".join(helpers + [""] + header + self.lines) + "\n"
 
 
-def write_kernel(comp: Computation, name: str, kind: str) -> KernelSource:
-    """The source of the kernel computing the fused computation `comp`."""
+def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) -> KernelSource:
+    """The source of the kernel computing the fused computation `comp`; `tiles`: whether it may
+    take the tiled form (`row_forms.TILED_ROW`). A tiled kernel whose loops along the row did
+    not all unroll, or whose source passes `row_forms.TILED_LINES` lines or `TILED_CALLS` calls
+    of the math library, is written again without: a loop left inside the block keeps LLVM
+    from vectorising across its rows, and a long unrolled body compiles for seconds."""
     writer = Writer(comp, name, kind)
+    writer.tiles = {} if tiles else None
     space = reduction_space(comp)
     if writer.dot is not None:
         writer.emitter.overrides[writer.dot.name] = writer.dot_load
     if space is not None:
         writer.input(*space)
+        calls = sum(line.count("mathlib.") for line in writer.lines)
+        if row_forms.tiled(writer.short) and (writer.looped or len(writer.lines) > row_forms.TILED_LINES
+                                               or calls > row_forms.TILED_CALLS):
+            return write_kernel(comp, name, kind, tiles=False)
         # BLAS makes the dot a block of rows at a time when the epilogue's outer loop runs
         # over the dot's first axis (a reduction over that axis needs the whole result).
         blocked = 0 not in space[1] and len(space[0]) > len(space[1])

@@ -58,6 +58,13 @@ ROW_SUMS_MIN = 9
 TILED_ROW = 23
 LIGHT_TILED_ROW = 15
 TILE_ROWS = 64
+# ... and a tiled kernel of more source lines than TILED_LINES, or more calls of the math library
+# than TILED_CALLS, is written along its rows instead: numba and LLVM compile long unrolled
+# bodies slowly (a softmax of erf(x) * tanh(x) * exp(-x*x) * log1p(x*x) + sin(x) * cos(x) over
+# rows of 12, 286 lines and 96 calls: 3.4 s; softmax and layer norm over rows of 23, 180 and 240
+# lines: 0.8-1.0 s; along the rows 0.2-0.4 s).
+TILED_LINES = 300
+TILED_CALLS = 32
 
 
 def short(dims: tuple[int, ...], product, reduction: bool = False, light: bool = False) -> bool:

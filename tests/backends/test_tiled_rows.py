@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import xfuse
-from tests.tolerances import ACCUMULATION, assert_close, same_bits
+from tests.tolerances import ACCUMULATION, TRANSCENDENTAL, assert_close, same_bits
 from xfuse.backends.numba import row_forms
 from xfuse.hlo import DType
 from xfuse.runtime import program
@@ -191,15 +191,32 @@ def test_more_outputs_and_other_indices(fn, monkeypatch, small_inputs_too):
         assert_close(g, r, DType.F32, f"output {k}", ACCUMULATION, scale=np.ones_like(g) if k == 0 else None)
 
 
-def test_a_body_past_the_unrolling_bound_loops_inside_the_block(monkeypatch, small_inputs_too):
+def _heavy(v):
+    return jax.nn.softmax(jax.scipy.special.erf(v) * jnp.tanh(v) * jnp.exp(-v * v) * jnp.log1p(v * v)
+                          + jnp.sin(v) * jnp.cos(v), axis=-1)
+
+
+@pytest.mark.parametrize("case", ["heavy_body", "past_the_unrolling_bound"])
+def test_long_bodies_are_written_along_their_rows(case, monkeypatch, small_inputs_too):
+    """A tiled kernel past TILED_CALLS calls of the math library (a long compile), or whose loops
+    along the row would not all unroll (a loop left inside the block), is written along its rows
+    instead: the same kernel as with the tiles off."""
     x = short_rows_with_specials(np.float32, 130, 12, seed=5)
-    fn, _ = FLOAT_REDUCTIONS["layer_norm"]
-    unrolled = xfuse.jit(fn).lower(x).compile()
-    monkeypatch.setattr(row_forms, "SHORT_ROW_LINES", 1)
-    looped = xfuse.jit(fn).lower(x).compile()
-    text = looped.kernel_source()
-    assert tiled(text) and re.search(r"for r\d_0 in range\(12\):", text), text  # a count LLVM sees
-    assert same_bits(unrolled(x), looped(x)).all()
+    fn = _heavy if case == "heavy_body" else FLOAT_REDUCTIONS["layer_norm"][0]
+    if case == "past_the_unrolling_bound":
+        assert tiled(source(fn, x))
+        monkeypatch.setattr(row_forms, "SHORT_ROW_LINES", 1)
+    compiled = xfuse.jit(fn).lower(x).compile()
+    text = compiled.kernel_source()
+    assert not tiled(text) and "rows." in text, text
+    got = compiled(x)
+    monkeypatch.setattr(row_forms, "TILED_ROW", 0)
+    untiled = xfuse.jit(fn).lower(x).compile()
+    assert untiled.kernel_source() == text
+    reference = xfuse.jit(fn, backend="reference")(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+    assert_close(got, reference, DType.F32, case, TRANSCENDENTAL if case == "heavy_body" else ACCUMULATION,
+                 scale=np.ones_like(got) if case == "heavy_body" else np.abs(reference) + 1.0)
 
 
 @pytest.mark.parametrize("name", ["softmax", "argmax", "layer_norm"])
