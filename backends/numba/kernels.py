@@ -3,7 +3,9 @@
 - loop: one loop nest over the output shape (flattened to one loop when every access is the
   identity or a scalar), outputs stored at the innermost level.
 - input: a loop nest over the kept dimensions K, and inside it, per row, one pass per phase
-  of reductions (independent reductions share a pass), then a pass storing the row outputs.
+  of reductions (independent reductions share a pass), then a pass storing the row outputs
+  (row_passes.py). Short rows unroll those passes; rows of 9 to 23 do so over blocks of rows
+  read and written through stack tiles (`row_forms`).
 - output: the dot's result arrives as a block of rows computed by BLAS (`dot`, whose first row
   is row `dot_start`); the epilogue is a loop or input kernel over those rows.
 
@@ -23,13 +25,12 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
-from .analysis import (PARALLEL_MIN_WORK, STACK_ROW_BYTES, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
+from .analysis import (PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
                        output_members, output_shapes, reads_across, reduction_space, work_estimate)
 from . import row_forms
-from .emitter import Emitter, Ix, compute_dtype, index_text, linear_index, np_name, unsigned_index
-from .reductions import combiner
+from .emitter import Emitter, Ix, index_text, linear_index, np_name, unsigned_index
+from .row_passes import RowPasses
 
-LANES = 8  # accumulators of a vectorised row reduction
 # A loop nest whose innermost loop walks an operand's outer dimension (a transpose) in steps
 # of a multiple of ALIASING bytes (`analysis.reads_across`) runs its last two loops in TILE x
 # TILE blocks: reads that far apart fall in one set of the 8-way L1 and evict each other before
@@ -38,9 +39,6 @@ LANES = 8  # accumulators of a vectorised row reduction
 # the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
 TILE = 16
 MAX_PIECES = 32  # of an innermost loop split where a concatenate or pad switches operands
-ROW_OPS = {Op.REDUCE_SUM: "sum", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min",  # through `rows`
-           Op.ARGMAX: "argmax", Op.ARGMIN: "argmin"}
-LANE_OPS = {Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_AND, Op.REDUCE_OR}
 
 
 def tile_index(column: str) -> str:
@@ -67,7 +65,7 @@ class KernelSource:
     by_rows: bool = False  # a row-wise kernel: each row read whole (into buffers) before it is written
 
 
-class Writer:
+class Writer(RowPasses):
     """Builds one kernel: its loops, the emitter filling them, and the final source."""
 
     def __init__(self, comp: Computation, name: str, kind: str) -> None:
@@ -94,8 +92,8 @@ class Writer:
         self.rows = 1
         self.scratch: list[str] = []  # row buffers, allocated once per call
         self.knames: list[str] = []  # an input kernel's kept loops
-        # tiled kernels: array -> the source of its element (k, j); None: the tiled form is off
-        self.tiles: dict[str, str] | None = {}
+        self.may_tile = True  # whether an input kernel may take the tiled form (`row_forms.TILED_ROW`)
+        self.tiles: dict[str, str] = {}  # tiled kernels: array -> the source of its element (k, j)
         self.looped = False  # a loop along a short row was left a loop (`row_forms.unrolled`)
 
     def loader(self, param: str):
@@ -115,8 +113,7 @@ class Writer:
             deps = frozenset().union(*(i.deps for i in index))
             if self.short is not None and self.comp[param].array_shape.dims == self.short:
                 if self.in_tile(index):
-                    element = linear_index((*(Ix(n) for n in self.knames), Ix("j")), self.short)
-                    return Ix(self.tile_read(param, f"{param}_flat[U({element})]", index[-1].text), deps)
+                    return Ix(self.tile_read(param, index[-1].text), deps)
                 return self.flat_loader(param)(Ix(linear_index(index, self.short), deps))
             array, rest = self.row_view(param, index, deps)
             return Ix(f"{array}[{index_text(rest)}]", deps)
@@ -128,16 +125,24 @@ class Writer:
         kernel (`row_forms.tiled`), in the block's row."""
         return row_forms.tiled(self.short) and [i.text for i in index[:-1]] == self.knames
 
-    def tile_read(self, array: str, element: str, column: str) -> str:
+    def tile_read(self, array: str, column: str) -> str:
         """The read of `array`'s element in `column` of the block's row b, from its tile,
-        which each block fills first, from `element` (source, of the row k and its column j)."""
+        which each block fills first from the array's flat view (the product's block: its rows
+        from `dot_start`)."""
         if array not in self.tiles:
             dtype = self.dot.shape.dtype if array == "dot" else self.comp[array].shape.dtype
-            self.scratch.append(f"t_{array} = scalar.row_buffer({self.short[-1] * row_forms.TILE_ROWS}, {np_name(dtype)})")
-            self.tiles[array] = element
+            self.tile_buffer(f"t_{array}", dtype)
+            row = [Ix(n) for n in self.knames]
+            if array == "dot":
+                row[0] = Ix(f"{row[0].text} - dot_start")
+            self.tiles[array] = f"{array}_flat[U({linear_index((*row, Ix('j')), self.short)})]"
             if array not in self.flat_views:
                 self.flat_views.append(array)
         return f"t_{array}[{tile_index(column)}]"
+
+    def tile_buffer(self, name: str, dtype: DType) -> None:
+        """A tile of a block's rows, made once per call in the stack frame."""
+        self.scratch.append(f"{name} = scalar.row_buffer({self.short[-1] * row_forms.TILE_ROWS}, {np_name(dtype)})")
 
     def flat_loader(self, param: str):
         """A reshaped parameter read at the linear index of the reshape: one index into its
@@ -186,8 +191,7 @@ class Writer:
             if k not in self.flat_outputs:
                 self.flat_outputs.append(k)
                 if tiled:
-                    size = self.short[-1] * row_forms.TILE_ROWS
-                    self.scratch.append(f"to{k} = scalar.row_buffer({size}, {np_name(shape.dtype)})")
+                    self.tile_buffer(f"to{k}", shape.dtype)
             if tiled:  # the block's row b, at the row's element index[-1]
                 return f"to{k}[{tile_index(index[-1].text)}] = {cast}"
             return f"out{k}_flat[{unsigned_index(linear_index(index, self.short))}] = {cast}"
@@ -305,8 +309,7 @@ class Writer:
         light = len(phases) == 1 and self.row_sums(reductions, full, axes) \
             and all(r.op not in (Op.ARGMAX, Op.ARGMIN) for r in reductions) \
             and not any(i.op in TRANSCENDENTAL_OPS for i in self.comp.instructions)
-        tiles = self.tiles is not None
-        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, reduction=tiles, light=light):
+        if kept and list(axes) == [len(full) - 1] and row_forms.short(full, self.dot, tiles=self.may_tile, light=light):
             self.short = tuple(full)
         knames = self.knames = [f"k{j}" for j in range(len(kept))]
         for level, n in enumerate(knames, start=1):
@@ -366,238 +369,6 @@ class Writer:
         for k in tiles:
             self.add(indent + 1, f"out{k}_flat[U(first + i)] = to{k}[U({order}[i])]")
 
-    def phases(self, reductions: list[Instruction]) -> list[list[Instruction]]:
-        phase: dict[str, int] = {}
-        depends: dict[str, set[str]] = {}
-        names = {r.name for r in reductions}
-        for inst in self.comp.instructions:
-            deps = set()
-            for o in inst.operands:
-                deps |= depends.get(o, set())
-                if o in names:
-                    deps.add(o)
-            depends[inst.name] = deps
-        for r in reductions:
-            before = depends[r.operands[0]] | ({r.operands[0]} & names)
-            phase[r.name] = 1 + max((phase[d] for d in before), default=-1)
-        count = max(phase.values(), default=-1) + 1
-        return [[r for r in reductions if phase[r.name] == p] for p in range(count)]
-
-    def reduced_loops(self, p: int, full, axes, kept, kept_index, row_level):
-        rnames = [f"r{p}_{j}" for j in range(len(axes))]
-        for depth, n in enumerate(rnames, start=1):
-            self.level_of[n] = 1000 * (p + 1) + depth
-        full_index = [None] * len(full)
-        for pos, ix in zip(kept, kept_index):
-            full_index[pos] = ix
-        for pos, n in zip(axes, rnames):
-            full_index[pos] = Ix(n, frozenset({n}))
-        return rnames, tuple(full_index)
-
-    def reduction_pass(self, p, members, full, axes, kept, kept_index, row_level):
-        row_deps = frozenset().union(*(i.deps for i in kept_index)) if kept_index else frozenset()
-        extent = full[axes[-1]] if axes else 1
-        if self.short is None and self.row_sums(members, full, axes):
-            return self.buffer_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
-        cheap = not any(self.transcendental_upstream(r.operands[0]) for r in members)
-        if len(axes) == 1 and extent >= 4 * LANES and cheap and all(r.op in LANE_OPS for r in members):
-            return self.lane_pass(p, members, full, axes, kept, kept_index, row_level, row_deps)
-        rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
-        inits, updates = [], []
-        for r in members:
-            tag = r.name.replace('.', '_').replace('-', '_')
-            acc = f"acc_{tag}"
-            operand = self.emitter.value(r.operands[0], full_index)
-            if self.short is not None and r.operands[0] not in self.emitter.overrides \
-                    and self.transcendental_upstream(r.operands[0]) and operand.deps & set(rnames):
-                # kept for the later passes over the row (softmax's exp), as `buffer_pass` does:
-                # with the row unrolled the buffer's elements become registers
-                buf = f"buf_{tag}"
-                self.row_buffer(buf, extent, compute_dtype(self.comp[r.operands[0]].shape.dtype))
-                updates.append(f"{buf}[{rnames[0]}] = {operand.text}")
-                operand = Ix(f"{buf}[{rnames[0]}]", operand.deps)
-                self.reuse_row(r.operands[0], buf, axes[0], kept, kept_index, row_deps)
-            init, update, result = combiner(self.comp, r, acc, operand, rnames)
-            result = Ix(result.text, row_deps)  # a reduction's value lives at the row level
-            inits.extend(init)
-            updates.extend(update)
-            self.emitter.overrides[r.name] = lambda index, result=result: result
-        end = self.mark(row_level)
-        loop_lines = self.reduced_loop_lines(p, rnames, [full[a] for a in axes], updates)
-        return inits, loop_lines, end
-
-    def row_sums(self, members, full, axes) -> bool:
-        """Whether a phase is f32/f64 sums, maxima and minima along the last axis, long enough
-        to vectorise: those go through `rows`."""
-        if len(axes) != 1 or axes[0] != len(full) - 1 or full[axes[0]] < row_forms.ROW_SUMS_MIN:
-            return False
-        return all(r.op in ROW_OPS and self.comp[r.operands[0]].shape.dtype in (DType.F32, DType.F64)
-                   and (r.op in (Op.ARGMAX, Op.ARGMIN) or self.comp[r.operands[0]].shape.dtype == r.shape.dtype)
-                   for r in members)
-
-    def buffer_pass(self, p, members, full, axes, kept, kept_index, row_level, row_deps):
-        """Row sums in two steps: the summand of every column into a row buffer (a loop with
-        no carried value, so it vectorises, transcendentals included), then `rows.sum_*`, whose
-        additions alone may be reordered into vector lanes. Later passes over the same row
-        read the buffer instead of computing the summand again (softmax's exp). Maxima, minima
-        and their indices (`rows.argmax_*`) go the same way."""
-        rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
-        axis, extent, var = axes[0], full[axes[0]], rnames[0]
-        inits, updates, finals = [], [], []
-        for r in members:
-            tag = r.name.replace(".", "_").replace("-", "_")
-            buf, acc = f"buf_{tag}", f"acc_{tag}"
-            dtype = self.comp[r.operands[0]].shape.dtype
-            fn = f"rows.{ROW_OPS[r.op]}_{dtype.value}"
-            summand = self.emitter.value(r.operands[0], full_index)
-            direct = re.fullmatch(rf"(row\d+)\[{var}\]", summand.text)
-            if direct:  # the row of an input itself
-                finals.append(f"{acc} = {fn}({direct[1]}[:{extent}])")
-            else:
-                self.row_buffer(buf, extent, dtype)
-                updates.append(f"{buf}[{var}] = {summand.text}")
-                finals.append(f"{acc} = {fn}({buf})")
-            result = Ix(f"{np_name(r.shape.dtype)}({acc})" if r.op in (Op.ARGMAX, Op.ARGMIN) else acc, row_deps)
-            self.emitter.overrides[r.name] = lambda index, result=result: result
-            if updates and updates[-1].startswith(buf) and r.operands[0] not in self.emitter.overrides:
-                self.reuse_row(r.operands[0], buf, axis, kept, kept_index, row_deps)
-        end = self.mark(row_level)
-        loop_lines = self.reduced_loop_lines(p, rnames, [extent], updates) if updates else []
-        return inits, loop_lines + finals, end
-
-    def row_buffer(self, buf: str, extent: int, dtype) -> None:
-        """A row buffer made once per call: in the stack frame up to STACK_ROW_BYTES."""
-        on_stack = extent * compute_dtype(dtype).numpy.itemsize <= STACK_ROW_BYTES
-        make = "scalar.row_buffer" if on_stack else "np.empty"
-        self.scratch.append(f"{buf} = {make}({extent}, {np_name(dtype)})")
-
-    def reuse_row(self, name, buf, axis, kept, kept_index, row_deps) -> None:
-        """Reads of `name` in this row at a loop index come from `buf`, once it is full."""
-        emitter = self.emitter
-
-        def load(index: tuple[Ix, ...]) -> Ix:
-            same_row = all(index[pos].text == ix.text for pos, ix in zip(kept, kept_index))
-            if same_row and index[axis].deps:
-                return Ix(f"{buf}[{index[axis].text}]", index[axis].deps | row_deps)
-            return emitter.compute(self.comp[name], index)
-
-        emitter.overrides[name] = load
-
-    def lane_pass(self, p, members, full, axes, kept, kept_index, row_level, row_deps):
-        """A one-axis reduction with LANES accumulators, combined after the loop: the lanes
-        are independent, so LLVM packs them into vectors. max/min/and/or stay exact; sums and
-        products are reassociated, as XLA's vectorised reductions are."""
-        axis, extent = axes[0], full[axes[0]]
-        main, tail = f"c{p}", f"t{p}"
-        self.level_of[main] = 1000 * (p + 1) + 1
-        self.level_of[tail] = 1000 * (p + 1) + 501
-
-        def index_at(text: str, var: str) -> tuple[Ix, ...]:
-            index = [None] * len(full)
-            for pos, ix in zip(kept, kept_index):
-                index[pos] = ix
-            index[axis] = Ix(text, frozenset({var}))
-            return tuple(index)
-
-        inits, main_updates, tail_updates, finals = [], [], [], []
-        for r in members:
-            acc = f"acc_{r.name.replace('.', '_').replace('-', '_')}"
-            lanes = [f"{acc}_{lane}" for lane in range(LANES)]
-            for lane, name in enumerate(lanes):
-                v = self.emitter.value(r.operands[0], index_at(f"{main} + {lane}", main))
-                init, update, _ = combiner(self.comp, r, name, v, [main])
-                inits.extend(init)
-                main_updates.extend(update)
-            v = self.emitter.value(r.operands[0], index_at(tail, tail))
-            tail_updates.extend(combiner(self.comp, r, lanes[0], v, [tail])[1])
-            while len(lanes) > 1:  # a pairwise tree, as a vector reduction does
-                pairs = []
-                for a, b in zip(lanes[::2], lanes[1::2]):
-                    finals.append(self.merge_lanes(r, a, b))
-                    pairs.append(a)
-                lanes = pairs
-            finals.append(f"{acc} = {lanes[0]}")
-            result = Ix(acc, row_deps)
-            self.emitter.overrides[r.name] = lambda index, result=result: result
-        end = self.mark(row_level)
-        body_end = extent - extent % LANES
-        lines = [f"for {main} in range(0, {body_end}, {LANES}):"]
-        lines += ["    " + s for s in self.emitter.statements.get(self.level_of[main], [])]
-        lines += ["    " + u for u in main_updates]
-        if body_end < extent:
-            lines.append(f"for {tail} in range({body_end}, {extent}):")
-            lines += ["    " + s for s in self.emitter.statements.get(self.level_of[tail], [])]
-            lines += ["    " + u for u in tail_updates]
-        return inits, lines + finals, end
-
-    def transcendental_upstream(self, name: str) -> bool:
-        """Whether computing `name` calls the math library: such a body copied into every
-        lane makes numba compile for seconds, so those reductions run one lane."""
-        seen, todo = set(), [name]
-        while todo:
-            inst = self.comp[todo.pop()]
-            if inst.name in seen or inst.info.kind is Kind.REDUCTION:
-                continue
-            seen.add(inst.name)
-            if inst.op in TRANSCENDENTAL_OPS:
-                return True
-            todo.extend(inst.operands)
-        return False
-
-    def merge_lanes(self, r: Instruction, a: str, b: str) -> str:
-        """`a = a (op) b` for two lane accumulators of reduction `r`."""
-        _, update, _ = combiner(self.comp, r, a, Ix(b), [])
-        return update[0]
-
-    def output_pass(self, p, full, axes, kept, kept_index, row_level):
-        row_outputs, full_outputs = [], []
-        for k, member in enumerate(self.outputs):
-            dims = self.out_shapes[k].dims
-            (full_outputs if dims == tuple(full) and axes else row_outputs).append((k, member))
-        stores_row = []
-        for k, member in row_outputs:
-            dims = self.out_shapes[k].dims
-            value = self.emitter.value(member, self.row_index(dims, full, axes, kept_index))
-            idx = self.row_index(dims, full, axes, kept_index)
-            stores_row.append(self.store(k, idx, value))
-        updates = []
-        rnames = []
-        if full_outputs:
-            rnames, full_index = self.reduced_loops(p, full, axes, kept, kept_index, row_level)
-            for k, member in full_outputs:
-                value = self.emitter.value(member, full_index)
-                updates.append(self.store(k, full_index, value))
-        end = self.mark(row_level)
-        loop_lines = self.reduced_loop_lines(p, rnames, [full[a] for a in axes], updates) if updates else []
-        return stores_row, loop_lines, end
-
-    def row_index(self, dims, full, axes, kept_index) -> tuple[Ix, ...]:
-        """An index into a row-shaped (K, or K with unit reduced dims) value."""
-        if len(dims) == len(full):
-            it = iter(kept_index)
-            return tuple(Ix("0") if i in axes else next(it) for i in range(len(full)))
-        return kept_index
-
-    def reduced_loop_lines(self, p, rnames, extents, updates) -> list[str]:
-        if self.short is not None:  # one copy of the body per element of the short row
-            (name,), (extent,) = rnames, extents
-            body = [*self.emitter.statements.get(1000 * (p + 1) + 1, []), *updates]
-            copies = row_forms.unrolled(name, extent, body)
-            if copies is not None:
-                return copies
-            self.looped = True
-        lines, indent = [], 0
-        for depth, (n, d) in enumerate(zip(rnames, extents), start=1):
-            if depth == len(extents) and self.short is None:  # (in a short form LLVM may unroll it)
-                d = self.count(d, row_forms.ROW_LOOPS)
-            lines.append("    " * indent + f"for {n} in range({d}):")
-            indent += 1
-            for s in self.emitter.statements.get(1000 * (p + 1) + depth, []):
-                lines.append("    " * indent + s)
-        for u in updates:
-            lines.append("    " * indent + u)
-        return lines
-
     def dot_load(self, index: tuple[Ix, ...]) -> Ix:
         """The product's element at `index` (of the whole product): its block holds the rows
         from `dot_start`."""
@@ -608,9 +379,7 @@ class Writer:
         deps = frozenset().union(*(i.deps for i in index))
         if self.short is not None:  # (its dims are the short form's: `row_forms.short`)
             if self.in_tile(index):
-                element = linear_index((Ix(f"{self.knames[0]} - dot_start"), *(Ix(n) for n in self.knames[1:]),
-                                        Ix("j")), self.short)
-                return Ix(self.tile_read("dot", f"dot_flat[U({element})]", index[-1].text), deps)
+                return Ix(self.tile_read("dot", index[-1].text), deps)
             return self.flat_loader("dot")(Ix(linear_index(local, self.short), deps))
         return Ix(f"dot[{index_text(local)}]", deps)
 
@@ -656,7 +425,7 @@ def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) ->
     of the math library, is written again without: a loop left inside the block keeps LLVM
     from vectorising across its rows, and a long unrolled body compiles for seconds."""
     writer = Writer(comp, name, kind)
-    writer.tiles = {} if tiles else None
+    writer.may_tile = tiles
     space = reduction_space(comp)
     if writer.dot is not None:
         writer.emitter.overrides[writer.dot.name] = writer.dot_load

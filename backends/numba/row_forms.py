@@ -67,13 +67,14 @@ TILED_LINES = 300
 TILED_CALLS = 32
 
 
-def short(dims: tuple[int, ...], product, reduction: bool = False, light: bool = False) -> bool:
+def short(dims: tuple[int, ...], product, tiles: bool = False, light: bool = False) -> bool:
     """Whether a kernel over `dims` (the last axis the row) takes the short-row form: a short
-    last axis (up to TILED_ROW for a `reduction` along it, in tiles; LIGHT_TILED_ROW for a
-    `light` one), a large enough input, and an output fusion's product (its dot instruction, or
-    None) of these dims, read through a flat view as such inputs are."""
+    last axis (up to TILED_ROW where it may take the tiled form, `tiles`: a reduction along the
+    row; LIGHT_TILED_ROW for a `light` one), a large enough input, and an output fusion's
+    product (its dot instruction, or None) of these dims, read through a flat view as such
+    inputs are."""
     limit = SHORT_ROW
-    if reduction and len(dims) >= 2 and dims[-2] >= TILE_ROWS:
+    if tiles and len(dims) >= 2 and dims[-2] >= TILE_ROWS:
         limit = max(SHORT_ROW, min(LIGHT_TILED_ROW, TILED_ROW) if light else TILED_ROW)
     return 2 <= dims[-1] <= limit and int(np.prod(dims)) >= SHORT_ROW_MIN_ELEMENTS \
         and (product is None or tuple(product.shape.dims) == tuple(dims))
