@@ -431,9 +431,9 @@ def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) ->
         writer.emitter.overrides[writer.dot.name] = writer.dot_load
     if space is not None:
         writer.input(*space)
-        calls = sum(line.count("mathlib.") for line in writer.lines)
-        if row_forms.tiled(writer.short) and (writer.looped or len(writer.lines) > row_forms.TILED_LINES
-                                               or calls > row_forms.TILED_CALLS):
+        if row_forms.tiled(writer.short) and (
+                writer.looped or len(writer.lines) > row_forms.TILED_LINES
+                or sum(line.count("mathlib.") for line in writer.lines) > row_forms.TILED_CALLS):
             return write_kernel(comp, name, kind, tiles=False)
         # BLAS makes the dot a block of rows at a time when the epilogue's outer loop runs
         # over the dot's first axis (a reduction over that axis needs the whole result).
