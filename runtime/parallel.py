@@ -147,6 +147,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_quiet_hooks: list[Callable[[], None]] = []
+
+
+def on_quiet(hook: Callable[[], None]) -> None:
+    """Registers hook() to run at `quiet()` (a backend's threads that spin while they wait)."""
+    _quiet_hooks.append(hook)
+
+
+def quiet() -> None:
+    """Work is about to run in threads not xfuse's (numpy's BLAS with its own threads): a
+    backend's threads that watch for work with the cores spinning stop watching, so as not to
+    take a core from them."""
+    for hook in _quiet_hooks:
+        hook()
+
+
+def in_worker() -> bool:
+    """Whether this thread runs a chunk of a split (there a split runs serially)."""
+    return getattr(_local, "worker", False)
+
+
 def run_rows(fn: Callable[[int, int], None], rows: int, split: bool = True) -> None:
     """Runs fn(start, end) over [0, rows), in one chunk per thread when `split`."""
     threads = min(num_threads(), rows) if split and not getattr(_local, "worker", False) else 1

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import blas, onednn
-from .parallel import num_threads, run_rows
+from .parallel import num_threads, quiet, run_rows
 
 # A product run in xfuse's threads (`blas`) is split over them from this many multiply-adds
 # (about 60 us on one core here, beside the 40-50 us of handing a block to a pool thread).
@@ -97,6 +97,7 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     big = blas.ENABLED and _large_float32(a3.shape, b3.shape, work)
     sgemm = onednn.sgemm() if big and onednn.preferred() else None
     if not own and not big:
+        quiet()  # BLAS's own threads: none of xfuse's spinning beside them
         _numpy_product(a3, b3, o)
         return
     with blas.single_threaded():
@@ -153,6 +154,7 @@ def _numpy_dot(lshape: tuple, rshape: tuple, work: np.dtype) -> Callable:
         a, b = a.reshape(lshape), b.reshape(rshape)
         if a.dtype != work or b.dtype != work:
             a, b = a.astype(work, copy=False), b.astype(work, copy=False)
+        quiet()
         _numpy_product(a, b, out.reshape(oshape))
 
     return dot

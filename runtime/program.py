@@ -52,12 +52,34 @@ def spec(entry) -> BufferSpec:
 
 class Kernel:
     """A compiled kernel function and what to do after its first call (or None). `pointers`:
-    fn takes data pointers (a C kernel), so a scalar needs no reshape to one element."""
+    fn takes data pointers (a C kernel), so a scalar needs no reshape to one element. `split`:
+    the backend's own way of running fn's rows across threads: split(args, rows, first,
+    watching) runs fn(start, end, *args) over [first, first + rows) and says whether it did
+    (False: nothing ran, the runtime runs it); `watching`: a step worth splitting only where
+    threads are at hand (a step's "watching"), the rest of the work on the calling thread."""
 
-    __slots__ = ("fn", "settle", "pointers")
+    __slots__ = ("fn", "settle", "pointers", "split")
 
-    def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False) -> None:
-        self.fn, self.settle, self.pointers = fn, settle, pointers
+    def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False,
+                 split: Callable | None = None) -> None:
+        self.fn, self.settle, self.pointers, self.split = fn, settle, pointers, split
+
+
+def _splitting(kernel: Kernel, fn: Callable) -> Callable:
+    """rows(args, rows, first, split, watching): fn over [first, first + rows) with args, in a
+    chunk per thread where `split` (through the kernel's own `split` where it can), or where
+    `watching` and the kernel's own split has threads watching for work (see `Kernel`)."""
+    own = kernel.split
+
+    def rows_of(args: tuple, rows: int, first: int = 0, split: bool = True, watching: bool = False) -> None:
+        if (split or watching) and own is not None and own(args, rows, first, not split):
+            return
+        if first:
+            run_rows(lambda s, e: fn(first + s, first + e, *args), rows, split)
+        else:
+            run_rows(lambda s, e: fn(s, e, *args), rows, split)
+
+    return rows_of
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -89,17 +111,21 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
     return _AS_IS
 
 
-def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
+def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True) -> Callable:
     """run(inputs, outputs) for a kernel step (`own`: an output fusion's product runs in
-    xfuse's threads, see `products.matmul`)."""
+    xfuse's threads, see `products.matmul`; `watch`: a "watching" step may split, see
+    `Kernel`: not where BLAS's own threads run the program's products, as they spin for a
+    while after each and take the core a split would: softmax(relu(x @ w + b)) at 64x512 @
+    512x1024, its epilogue split, took 0.53-0.61 ms against 0.34-0.37 ms)."""
     if step.get("dot") is not None:
-        return _output_run(step, kernel, own)
+        return _output_run(step, kernel, own, watch)
     fn, settle = kernel.fn, kernel.settle
     prepare = [_preparer(dims, name, kernel.pointers) for dims, name in step["params"]]
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
     rows, split = step["rows"], step["parallel"]
+    watching = watch and bool(step.get("watching")) and kernel.split is not None
     first = [settle is not None]
-    if not split and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
+    if not split and not watching and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
 
         def serial(inputs, outputs):  # the common small case: no conversion, one thread
             fn(0, rows, *inputs, *outputs)
@@ -113,10 +139,12 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
             serial.direct = fn, rows
         return serial
 
+    over = _splitting(kernel, fn)
+
     def run(inputs, outputs):
         args = [f(a) for f, a in zip(prepare, inputs)]
         outs = [f[0](o) for f, o in zip(finish, outputs)]
-        run_rows(lambda start, end: fn(start, end, *args, *outs), rows, split)
+        over((*args, *outs), rows, 0, split, watching)
         for f, o, tmp in zip(finish, outputs, outs):
             f[1](o, tmp)
         if first[0]:  # the first call compiled the kernel or loaded it from a disk cache
@@ -127,7 +155,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False) -> Callable:
     return run
 
 
-def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
+def _output_run(step: dict, kernel: Kernel, own: bool, watch: bool) -> Callable:
     """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue."""
     fn, settle = kernel.fn, kernel.settle
     d = step["dot"]
@@ -141,6 +169,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     rows = dims[0] if dims else 1
     block = rows if not d["row_blocked"] else max(1, min(rows, BLOCK_BYTES // row_bytes))
     split = step["parallel"]
+    watching = watch and bool(step.get("watching")) and kernel.split is not None
     lb, rb = batch
     lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in contracting[0]), None)
     if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
@@ -150,8 +179,9 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
-    lean = bool(in_out and plain and not split and dims)
+    lean = bool(in_out and plain and not split and not watching and dims)
     kernel_rows = step["rows"]
+    over = _splitting(kernel, fn)
 
     def in_place(inputs, outputs):  # the product into the output, the epilogue there: the least work
         out = outputs[0]
@@ -174,7 +204,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
             buf = outs[0] if in_out else POOL.empty(dims, work)
             full_dot(a, b, buf)
             flat = buf.reshape(-1) if not dims else buf
-            run_rows(lambda s, e: fn(s, e, 0, flat, *args, *outs), step["rows"], split)
+            over((0, flat, *args, *outs), step["rows"], 0, split, watching)
         else:
             buf = POOL.empty((block,) + dims[1:], work)
             for start in range(0, rows, block):
@@ -182,11 +212,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool) -> Callable:
                 part = buf[: end - start]
                 b_rows = cut_rows(b, rb[0], start, end) if lb else b
                 block_product(end - start)(cut_rows(a, lhs_axis, start, end), b_rows, part)
-                run_rows(
-                    lambda s, e, start=start, part=part: fn(start + s, start + e, start, part, *args, *outs),
-                    end - start,
-                    split,
-                )
+                over((start, part, *args, *outs), end - start, start, split, watching)
         for f, o, tmp in zip(finish, outputs, outs):
             f[1](o, tmp)
         if first[0]:
@@ -433,6 +459,9 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     if own is None:
         own = blas.available() and (any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
                                     or _loops_side_by_side(program["steps"]))
+    # "watching" kernels split only where no product runs on BLAS's own threads (`kernel_run`)
+    watch = own or not any(s["op"] == "dot" or s["op"] == "kernel" and s.get("dot") is not None
+                           for s in walk(program))
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     chain_at = {at for at in range(len(program["steps"])) if chained(program, at, own, kernels)}
@@ -475,7 +504,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
             kernel = kernels[s["kernel"]]
-            run = kernel_run(s, kernel, own)
+            run = kernel_run(s, kernel, own, watch)
             specs = tuple(spec(e) for e in s["specs"])
             # Over an input it reads, a numba kernel's vectorised loop falls back to its scalar
             # one (LLVM checks at run time that the arrays do not overlap): 2x slower for x * 2

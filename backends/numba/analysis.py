@@ -18,6 +18,13 @@ from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape, TupleSha
 # 2**18 elements in rows of 12, 125 -> 89 us; a sum over rows of 256, 2**18 elements, 11 -> 25
 # us; the tanh/sigmoid chain on 2**16 floats, 34 us either way.
 PARALLEL_MIN_WORK = 1 << 20
+# From this much work a kernel is split when the threads are at hand (backends/numba/handoff.py:
+# a worker that ran a chunk watches for the next one for a while, and taking it costs a few
+# microseconds, not the pool's 20-40 us); otherwise it runs on one thread and wakes them for the
+# next call. Measured on one thread and split over two watching threads (2 cores): the
+# tanh/sigmoid chain over 2**16 floats 38 -> 26 us (work 720,896), over 2**15 18.7 -> 17.3 us;
+# x * 2 + 1 over 2**18 floats 51 -> 29 us (786,432), over 2**17 15.8 -> 15.0 us (393,216).
+WATCHING_MIN_WORK = 1 << 19
 # Each 4 bytes a kernel reads (its parameters, once) or writes counts this many units: past the
 # L2 an element moved costs more than an element computed (x * 2 + 1 over 2**19 f32 took 0.30 ns
 # an element on one core, 0.11 ns over 2**16).

@@ -14,6 +14,8 @@ from xfuse.runtime import Executable
 from xfuse.runtime.program import Kernel, build
 
 from .compile import compile_kernel, settle
+from . import handoff
+from .handoff import Splitter
 from .lowering import lower
 from .native_loop import native_loops
 
@@ -22,7 +24,8 @@ NAME = "numba"
 
 def compile_module(module: Module) -> Executable:
     lowered = lower(module)
-    kernels = {name: Kernel(compile_kernel(source), settle) for name, source in lowered.kernels.items()}
+    kernels = {name: Kernel(fn := compile_kernel(source), settle, split=Splitter(fn) if handoff.ENABLED else None)
+               for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
     return build(lowered.program, kernels, lowered.constants, sources)

@@ -25,7 +25,7 @@ import numpy as np
 
 from xfuse.hlo import Computation, DType, Instruction, Kind, Op, Shape
 
-from .analysis import (PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, dot_in_output, flattenable,
+from .analysis import (PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, WATCHING_MIN_WORK, dot_in_output, flattenable,
                        output_members, output_shapes, reads_across, reduction_space, work_estimate)
 from . import row_forms
 from .emitter import Emitter, Ix, index_text, linear_index, np_name, unsigned_index
@@ -63,6 +63,7 @@ class KernelSource:
     extra: dict = field(default_factory=dict)
     dot_in_out: bool = False  # the dot may be computed into the output, the epilogue in place
     by_rows: bool = False  # a row-wise kernel: each row read whole (into buffers) before it is written
+    watching: bool = False  # not `parallel`, but worth splitting across threads already watching
 
 
 class Writer(RowPasses):
@@ -441,7 +442,8 @@ def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) ->
     else:
         writer.loop(writer.out_shapes[0].dims)
         blocked = writer.out_shapes[0].rank > 0
-    parallel = work_estimate(comp, space) >= PARALLEL_MIN_WORK and writer.rows > 1
+    work = work_estimate(comp, space)
+    parallel = work >= PARALLEL_MIN_WORK and writer.rows > 1
     return KernelSource(
         name, writer.source(), writer.emitter.globals, writer.params, writer.out_shapes, parallel,
         kind, writer.rows, writer.dot, writer.dot is not None and blocked,
@@ -451,6 +453,7 @@ def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) ->
         # in place, 0.05 ms apart)
         dot_in_out=dot_in_output(comp, writer.dot, space) and writer.short is None,
         by_rows=space is not None,
+        watching=not parallel and work >= WATCHING_MIN_WORK and writer.rows > 1,
     )
 
 

@@ -164,7 +164,7 @@ def _kernel_step(module: Module, comp: Computation, inst: Instruction, common: d
         and all(s.dims == shapes[0].dims for s in shapes)
     step = {"op": "kernel", **common, "kernel": name, "label": label, "specs": [entry(s) for s in shapes],
             "params": [entry(body[p].array_shape) for p in source.params], "rows": source.rows,
-            "parallel": source.parallel, "in_place": in_place, "dot": None,
+            "parallel": source.parallel, "watching": source.watching, "in_place": in_place, "dot": None,
             "leading": _leading(source, kind, shapes) if scan is None else 0}
     dot = source.dot
     if dot is not None:

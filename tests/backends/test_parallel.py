@@ -1,6 +1,6 @@
 """Kernels split their rows over the runtime's threads when their estimated work reaches
-PARALLEL_MIN_WORK and run on the calling thread below it; the split changes no result; the
-thread count is configurable."""
+PARALLEL_MIN_WORK, over threads already watching for work from WATCHING_MIN_WORK, and run on
+the calling thread below it; the split changes no result; the thread count is configurable."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import xfuse
+from xfuse.backends.numba import handoff
 from xfuse.backends.numba.analysis import PARALLEL_MIN_WORK
+from xfuse.backends.numba.lowering import lower
 from xfuse.runtime import parallel
 
 
@@ -47,12 +49,15 @@ def inputs(name: str, rows: int, cols: int):
 
 
 class Spy:
-    """Records the chunks handed to the pool (the real pool runs them) and their threads."""
+    """Records the splits: chunks handed to the pool (the real pool runs them) and their
+    threads, and splits through the watching workers (`handoff.Splitter`, real too), with the
+    chunks those workers ran."""
 
     def __init__(self, real):
         self.real = real
-        self.submitted = 0
+        self.submitted = 0  # pool chunks and hand-off splits
         self.threads: set[int] = set()
+        self.served = 0  # chunks the hand-off's workers ran
 
     def __call__(self, workers):
         pool = self.real(workers)
@@ -70,14 +75,33 @@ class Spy:
 
         return Recording()
 
+    def splitter(self, real):
+        spy = self
+
+        def call(splitter, *args, **kwargs):
+            before = handoff.served()
+            done = real(splitter, *args, **kwargs)
+            if done:
+                spy.submitted += 1
+                spy.served += handoff.served() - before
+            return done
+
+        return call
+
 
 @pytest.fixture
 def two_threads(monkeypatch):
     parallel.set_num_threads(2)
     spy = Spy(parallel._get_pool)
     monkeypatch.setattr(parallel, "_get_pool", spy)
+    monkeypatch.setattr(handoff.Splitter, "__call__", spy.splitter(handoff.Splitter.__call__))
     yield spy
     parallel.set_num_threads(None)
+
+
+def kernel_steps(compiled) -> list[dict]:
+    """The kernel steps of a compiled function's program, as the numba backend lowers it."""
+    return [s for s in lower(compiled.module).program["steps"] if s["op"] == "kernel"]
 
 
 WORKLOADS = ["mlp_softmax", "row_softmax", "layer_norm", "chain"]
@@ -91,6 +115,7 @@ def test_large_kernels_run_on_several_threads(two_threads, name):
     got = compiled(*args)
     assert two_threads.submitted >= 1, f"{name}: no kernel was split"
     assert threading.get_ident() not in two_threads.threads
+    assert two_threads.served >= 1 or two_threads.threads, f"{name}: no chunk ran on another thread"
     np.testing.assert_allclose(got, jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)
 
 
@@ -103,21 +128,30 @@ def test_small_kernels_stay_on_the_calling_thread(two_threads, name):
     np.testing.assert_allclose(got, jax.jit(fn)(*args), rtol=2e-5, atol=2e-6)
 
 
-MEMORY_BOUND = {  # name: (function, shape, split): work counts the bytes moved and the passes made
-    "scale_2^19": (lambda x: x * 2.0 + 1.0, (512, 1024), True),  # few operations, 4 MiB moved
-    "scale_2^18": (lambda x: x * 2.0 + 1.0, (256, 1024), False),
-    "layer_norm_2^18": (lambda x: layer_norm(x, 1.0, 0.0), (21845, 12), True),  # three passes
-    "row_sums_2^18": (lambda x: jnp.sum(x, axis=-1), (1024, 256), False),  # one pass, no output to speak of
-    "row_sums_2^20": (lambda x: jnp.sum(x, axis=-1), (4096, 256), True),
+MEMORY_BOUND = {  # name: (function, shape, mode): work counts the bytes moved and the passes made
+    "scale_2^19": (lambda x: x * 2.0 + 1.0, (512, 1024), "split"),  # few operations, 4 MiB moved
+    "scale_2^18": (lambda x: x * 2.0 + 1.0, (256, 1024), "watching"),
+    "scale_2^17": (lambda x: x * 2.0 + 1.0, (128, 1024), "one"),
+    "layer_norm_2^18": (lambda x: layer_norm(x, 1.0, 0.0), (21845, 12), "split"),  # three passes
+    "row_sums_2^17": (lambda x: jnp.sum(x, axis=-1), (512, 256), "one"),  # one pass, no output to speak of
+    "row_sums_2^20": (lambda x: jnp.sum(x, axis=-1), (4096, 256), "split"),
 }
 
 
 @pytest.mark.parametrize("name", list(MEMORY_BOUND))
 def test_work_counts_memory_and_passes(two_threads, name):
-    fn, shape, split = MEMORY_BOUND[name]
+    """A kernel splits always ("split"), where threads watch for work ("watching", see
+    test_handoff), or never ("one")."""
+    fn, shape, mode = MEMORY_BOUND[name]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    got = xfuse.jit(fn)(x)
-    assert (two_threads.submitted >= 1) is split, f"{name}: split {two_threads.submitted} times"
+    compiled = xfuse.jit(fn).lower(x).compile()
+    (step,) = kernel_steps(compiled)
+    assert (step["parallel"], step["watching"]) == (mode == "split", mode == "watching"), name
+    got = compiled(x)
+    if mode == "split":
+        assert two_threads.submitted >= 1, f"{name}: not split"
+    if mode == "one":
+        assert two_threads.submitted == 0, f"{name}: split {two_threads.submitted} times"
     np.testing.assert_allclose(got, jax.jit(fn)(x), rtol=2e-5, atol=2e-5)
 
 
@@ -126,8 +160,10 @@ def test_an_epilogues_work_leaves_out_the_products_operands(two_threads):
     64x1024 does not, and stays on the calling thread (the product goes to BLAS as it is)."""
     rng = np.random.default_rng(1)
     x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in [(64, 512), (512, 1024), (1024,)])
-    got = xfuse.jit(mlp_softmax)(x, w, b)
-    assert two_threads.submitted == 0
+    compiled = xfuse.jit(mlp_softmax).lower(x, w, b).compile()
+    got = compiled(x, w, b)
+    (step,) = kernel_steps(compiled)
+    assert not step["parallel"]  # split only where threads watch for work (test_handoff)
     np.testing.assert_allclose(got, jax.jit(mlp_softmax)(x, w, b), rtol=2e-5, atol=2e-6)
 
 
