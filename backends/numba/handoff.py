@@ -8,25 +8,35 @@ the GIL for `SPIN_US`, watching its control row with `pause`. A caller that find
 claims it with a compare-and-swap, writes the chunk's arguments (the words numba passes a
 function: an array is its meminfo, parent, size, item size, data pointer, shape and strides)
 and a sequence number, runs its own chunk, and watches for the worker's answer, all in one
-call of a numba function, never touching the GIL between: the tanh/sigmoid chain over 2**16
-floats took 21 us split in two against 33 us on one thread. A worker asleep (it stopped
-watching) is claimed the same way and woken through its queue: the hand-off is then as slow
-as the pool's, once, and the worker watches again after the chunk.
+call of a numba function, never touching the GIL between. A worker asleep (it stopped
+watching) is claimed the same way and woken through its queue: that hand-off is as slow as the
+pool's, once, and the worker watches again after the chunk. Through xfuse's program, on 2
+cores: the tanh/sigmoid chain over 2**16 floats 26 us split against 37-39 us on one thread;
+x * 2 + 1 over 2**18 floats 28-29 against 45-53 us; row sums over 4096x256, 55 us against 82
+us through the pool.
+
+Kernels of middling work (a step's "watching", `analysis.WATCHING_MIN_WORK`) split only over
+workers already watching: the caller runs the chunks of those asleep itself, and wakes them
+only in a run of calls (`BURST_US`). Spinning threads take cores from other threads: numpy's
+BLAS runs products on threads of its own, so xfuse's products there first ask the workers to
+rest (`parallel.quiet`), and the runtime does not split middling kernels in programs whose
+products run on those threads (OpenBLAS's spin in turn, for a while after each product).
 
 The worker calls the kernel's machine code directly through numba's calling convention (the
 status it returns, the exception slot, then the words): a `Splitter` checks, once per
 overload, that every word is an integer or a pointer (`_overload_plan`), and for each call
 that the arrays are what the overload was compiled for (dtype, rank, layout, alignment). Where
 anything does not fit (another overload would be compiled, a scalar float argument, more than
-`MAX_WORDS` words, a split inside a chunk, one thread) it says so and the caller uses the
-runtime's pool. A chunk that raised reports a status: the caller runs that chunk again through
-the dispatcher, which raises the exception with its traceback.
+`MAX_WORDS` words, a split inside a chunk, one thread, another thread of the user's splitting
+at the same time) it says so and the caller uses the runtime's pool. A chunk that raised
+reports a status: the caller runs that chunk again through the dispatcher, which raises the
+exception with its traceback.
 
 Each control row is 128 bytes of int64s (two cache lines: the caller's fields, then the
 worker's). State: AWAY (not watching, asleep on its queue or about to be), WATCHING, CLAIMED
 (a caller owns the worker until it answers). Only the worker moves WATCHING to AWAY, by
 compare-and-swap, so a caller that claimed it first is always served. A forked child makes
-its own workers (the parent's threads are not in it).
+its own workers (the parent's threads are not in it). `XFUSE_HANDOFF=0` turns this off.
 """
 
 from __future__ import annotations
@@ -52,8 +62,9 @@ from xfuse.runtime import parallel
 SPIN_US = float(os.environ.get("XFUSE_SPIN_US", 100))
 # A kernel split only where workers watch (`Splitter`'s `watching`) wakes those asleep only when
 # the last split ended less than this long ago, in a run of calls: a lone call pays no wake-up,
-# and wakes no worker to spin beside what the program does next (a numpy tanh over 2**20 floats
-# between calls of the 2**16 chain took 10-15% longer with a worker woken after each).
+# and wakes no worker to spin beside what the program does next (the 2**16 chain then a numpy
+# 256x256 product, in a loop: 247-251 us a pair with the worker woken at each call, 192-200 us
+# without, 185-218 us with no hand-off at all).
 BURST_US = SPIN_US
 # XFUSE_HANDOFF=0: split kernels through the runtime's pool alone.
 ENABLED = os.environ.get("XFUSE_HANDOFF", "1") != "0"
@@ -285,13 +296,16 @@ class _Workers:
         self.spin = _spin_cycles()
         _watch(np.array([QUIT, 0, 0, 0, 0, 0, 0, 0, 0] + [0] * (ROW - 9), np.int64), 1, 0, 0)  # compiled here
         for w in range(count):
-            threading.Thread(target=self._serve, args=(w,), name=f"xfuse_handoff_{w}", daemon=True).start()
+            threading.Thread(target=self._serve, args=(w,), name=f"xfuse-handoff-{w}", daemon=True).start()
 
     def _serve(self, row: int) -> None:
         while self.wake[row].get() is not None:
             _watch(self.state, self.count, row, self.spin)
 
     def close(self) -> None:
+        """The workers leave (once no split is running through them); later splits find the
+        lock taken and go to the runtime's pool."""
+        self.lock.acquire()
         for w in range(self.count):
             self.state[w * ROW + JOB] = QUIT  # a watching worker leaves
             self.wake[w].put(None)  # a sleeping one too
