@@ -42,6 +42,7 @@ its own workers (the parent's threads are not in it). `XFUSE_HANDOFF=0` turns th
 from __future__ import annotations
 
 import os
+import platform
 import threading
 import time
 from _queue import SimpleQueue
@@ -66,8 +67,9 @@ SPIN_US = float(os.environ.get("XFUSE_SPIN_US", 100))
 # 256x256 product, in a loop: 247-251 us a pair with the worker woken at each call, 192-200 us
 # without, 185-218 us with no hand-off at all).
 BURST_US = SPIN_US
-# XFUSE_HANDOFF=0: split kernels through the runtime's pool alone.
-ENABLED = os.environ.get("XFUSE_HANDOFF", "1") != "0"
+# XFUSE_HANDOFF=0: split kernels through the runtime's pool alone; so elsewhere than on x86-64
+# (`pause`, and the calling convention `_call` relies on, were checked there).
+ENABLED = os.environ.get("XFUSE_HANDOFF", "1") != "0" and platform.machine().lower() in ("x86_64", "amd64")
 MAX_WORDS = 64
 ROW = 16  # int64s a control row
 # a control row's fields: the caller's line, then the worker's
@@ -132,37 +134,29 @@ def _swap(typingctx, arr, index, old, new):
 
 
 @intrinsic
-def _call(typingctx, address, words, base, count):
-    """Calls the numba function at `address` with words[base:base + count] as its arguments
-    (each an integer or a pointer), through numba's calling convention; its status (0: it
-    returned; -1: more than MAX_WORDS words)."""
+def _call(typingctx, address, words, base):
+    """Calls the numba function at `address` with words[base:base + MAX_WORDS] as its
+    arguments, through numba's calling convention, and returns its status. The function takes
+    its first few words (each an integer or a pointer) and ignores the rest: under the C
+    calling conventions of x86-64 the caller places integer arguments in order, in registers
+    then on its own stack, and removes them itself, so trailing ones the callee does not
+    declare are never read. One call for any count of words keeps this a small function to
+    compile (a call for each count, to 64, took 1.8 s)."""
 
     def codegen(context, builder, signature, args):
         i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
-        addr, arr, start, n = args
+        addr, arr, start = args
         data = make_array(signature.args[1])(context, builder, arr).data
         ret = builder.alloca(i64, name="ret")
         builder.store(i64(0), ret)
         exc = builder.alloca(i8p, name="excinfo")
         builder.store(i8p(None), exc)
-        result = builder.alloca(i32)
-        builder.store(i32(-1), result)
-        after = builder.append_basic_block("after")
-        switch = builder.switch(n, after)
-        for k in range(1, MAX_WORDS + 1):
-            block = builder.append_basic_block(f"words{k}")
-            switch.add_case(i64(k), block)
-            builder.position_at_end(block)
-            fnty = ir.FunctionType(i32, [i8p, i8p.as_pointer()] + [i64] * k)
-            fn = builder.inttoptr(addr, fnty.as_pointer())
-            words_k = [builder.load(builder.gep(data, [builder.add(start, i64(j))])) for j in range(k)]
-            status = builder.call(fn, [builder.bitcast(ret, i8p), exc] + words_k)
-            builder.store(status, result)
-            builder.branch(after)
-        builder.position_at_end(after)
-        return builder.sext(builder.load(result), i64)
+        fnty = ir.FunctionType(i32, [i8p, i8p.as_pointer()] + [i64] * MAX_WORDS)
+        fn = builder.inttoptr(addr, fnty.as_pointer())
+        words = [builder.load(builder.gep(data, [builder.add(start, i64(j))])) for j in range(MAX_WORDS)]
+        return builder.sext(builder.call(fn, [builder.bitcast(ret, i8p), exc] + words), i64)
 
-    return types.int64(address, words, base, count), codegen
+    return types.int64(address, words, base), codegen
 
 
 # ---------------------------------------------------------------------------- the loops
@@ -193,7 +187,7 @@ def _watch(state, count, row, spin):
         if job != _load(state, base + 8):
             if job == -1:
                 return
-            status = _call(_load(state, base + 2), state, _words_at(count, row), _load(state, base + 3))
+            status = _call(_load(state, base + 2), state, _words_at(count, row))
             _store(state, base + 9, status)
             _store(state, base + 1, 1)  # watching again, before the caller hears
             _store(state, base + 8, job)
@@ -260,10 +254,10 @@ def _finish(state, count, workers, address, words):
     ones; each chunk's status (numba's: 0 or -2 when it returned) goes to its place. Returns
     how many failed."""
     status, mine = _status_at(count), _status_at(count) + count + 1
-    state[status + count] = _call(address, state, _words_at(count, count), words)
+    state[status + count] = _call(address, state, _words_at(count, count))
     for w in range(workers):
         if state[mine + w] == 0 or state[mine + w] == 3:
-            state[status + w] = _call(address, state, _words_at(count, w), words)
+            state[status + w] = _call(address, state, _words_at(count, w))
     for w in range(workers):
         if state[mine + w] == 1 or state[mine + w] == 2:
             base = w * 16
