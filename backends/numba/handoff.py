@@ -165,37 +165,37 @@ def _call(typingctx, address, words, base):
 # then how each worker was claimed.
 @numba.njit(inline="always")
 def _words_at(count, row):
-    return count * 16 + row * 64
+    return count * ROW + row * MAX_WORDS
 
 
 @numba.njit(inline="always")
 def _status_at(count):
-    return count * 16 + (count + 1) * 64
+    return count * ROW + (count + 1) * MAX_WORDS
 
 
 @numba.njit(nogil=True, cache=True)
 def _watch(state, count, row, spin):
     """A worker's loop: run each chunk posted on its control row, then watch `spin` cycles for
     the next; leaves once it has set itself AWAY (or is told to quit)."""
-    base = row * 16
-    _store(state, base + 4, 0)  # woken: a caller that finds it away again wakes it again
-    _store(state, base + 5, 0)  # a rest asked for before is over
-    _swap(state, base + 1, 0, 1)  # watching, unless a caller has claimed it already
+    base = row * ROW
+    _store(state, base + WAKING, 0)  # woken: a caller that finds it away again wakes it again
+    _store(state, base + REST, 0)  # a rest asked for before is over
+    _swap(state, base + STATE, AWAY, WATCHING)  # watching, unless a caller has claimed it already
     deadline = _cycles() + spin
     while True:
-        job = _load(state, base + 0)
-        if job != _load(state, base + 8):
-            if job == -1:
+        job = _load(state, base + JOB)
+        if job != _load(state, base + DONE):
+            if job == QUIT:
                 return
-            status = _call(_load(state, base + 2), state, _words_at(count, row))
-            _store(state, base + 9, status)
-            _store(state, base + 1, 1)  # watching again, before the caller hears
-            _store(state, base + 8, job)
+            status = _call(_load(state, base + ADDR), state, _words_at(count, row))
+            _store(state, base + STATUS, status)
+            _store(state, base + STATE, WATCHING)  # watching again, before the caller hears
+            _store(state, base + DONE, job)
             deadline = _cycles() + spin
             continue
         _pause()
-        if _cycles() > deadline or _load(state, base + 5) != 0:  # time up, or asked to rest
-            if _swap(state, base + 1, 1, 0):
+        if _cycles() > deadline or _load(state, base + REST) != 0:  # time up, or asked to rest
+            if _swap(state, base + STATE, WATCHING, AWAY):
                 return
             deadline = _cycles() + spin  # claimed meanwhile: its chunk is on the way
 
@@ -208,9 +208,8 @@ def _split(state, count, workers, address, words, first, rows, watching):
     1, watching: claimed and its chunk posted; 2, asleep: the same, but it must be woken; 0,
     claimed by another caller, or asleep when only `watching` workers are to be taken (1:
     left asleep, 2: woken): this caller runs its chunk; 3, the same, asleep: woken to watch
-    for the next call. Where any is
-    to be woken, returns how many (wake them, then call `_finish`); else runs `_finish` and
-    returns minus the number of chunks that failed."""
+    for the next call. Where any is to be woken, returns how many (wake them, then call
+    `_finish`); else runs `_finish` and returns minus the number of chunks that failed."""
     threads = workers + 1
     mine = _status_at(count) + count + 1
     me = _words_at(count, count)
@@ -223,26 +222,26 @@ def _split(state, count, workers, address, words, first, rows, watching):
             state[at + j] = state[me + j]
         state[at] = first + rows * (w + 1) // threads
         state[at + 1] = first + rows * (w + 2) // threads
-        base = w * 16
+        base = w * ROW
         state[mine + w] = 0
-        if _swap(state, base + 1, 1, 2):
+        if _swap(state, base + STATE, WATCHING, CLAIMED):
             state[mine + w] = 1
         elif watching:  # asleep (or leaving): woken to watch if asked, unless a wake is on its way
-            if watching == 2 and _load(state, base + 1) == 0 and _swap(state, base + 4, 0, 1):
+            if watching == 2 and _load(state, base + STATE) == AWAY and _swap(state, base + WAKING, 0, 1):
                 state[mine + w] = 3
                 woken += 1
             continue
-        elif _swap(state, base + 1, 0, 2):  # asleep: claimed, and woken unless a wake is on its way
-            if _swap(state, base + 4, 0, 1):
+        elif _swap(state, base + STATE, AWAY, CLAIMED):  # asleep: claimed, and woken unless a wake is on its way
+            if _swap(state, base + WAKING, 0, 1):
                 state[mine + w] = 2
                 woken += 1
             else:
                 state[mine + w] = 1
         else:
             continue
-        state[base + 2] = address
-        state[base + 3] = words
-        _store(state, base + 0, _load(state, base + 8) + 1)
+        state[base + ADDR] = address
+        state[base + NWORDS] = words
+        _store(state, base + JOB, _load(state, base + DONE) + 1)
     if woken:
         return woken
     return -_finish(state, count, workers, address, words)
@@ -260,11 +259,11 @@ def _finish(state, count, workers, address, words):
             state[status + w] = _call(address, state, _words_at(count, w))
     for w in range(workers):
         if state[mine + w] == 1 or state[mine + w] == 2:
-            base = w * 16
-            job = _load(state, base + 0)
-            while _load(state, base + 8) != job:
+            base = w * ROW
+            job = _load(state, base + JOB)
+            while _load(state, base + DONE) != job:
                 _pause()
-            state[status + w] = _load(state, base + 9)
+            state[status + w] = _load(state, base + STATUS)
     failed = 0
     for w in range(count + 1):
         if (w < workers or w == count) and state[status + w] != 0 and state[status + w] != -2:
