@@ -156,9 +156,9 @@ def on_quiet(hook: Callable[[], None]) -> None:
 
 
 def quiet() -> None:
-    """Work is about to run in threads not xfuse's (numpy's BLAS with its own threads): a
-    backend's threads that watch for work with the cores spinning stop watching, so as not to
-    take a core from them."""
+    """Work is about to run on other threads (numpy's BLAS with its own, or this module's
+    pool): a backend's threads that watch for work with the cores spinning stop watching, so
+    as not to take a core from them."""
     for hook in _quiet_hooks:
         hook()
 
@@ -175,6 +175,7 @@ def run_rows(fn: Callable[[int, int], None], rows: int, split: bool = True) -> N
         fn(0, rows)
         return
     bounds = [rows * i // threads for i in range(threads + 1)]
+    quiet()  # this pool's threads take the cores
     pool = _get_pool(threads - 1)
     pending = [pool.submit(fn, bounds[i], bounds[i + 1]) for i in range(1, threads)]
     try:
@@ -203,6 +204,7 @@ def run_each(fns: list[Callable[[], None]]) -> None:
         for fn in fns[start:end]:
             fn()
 
+    quiet()
     pool = _get_pool(threads - 1)
     pending = [pool.submit(chunk, bounds[i], bounds[i + 1]) for i in range(1, threads)]
     _local.worker = True
