@@ -16,13 +16,21 @@ import time
 from collections.abc import Callable
 
 
+# Calls before the timed ones: at least three, and this long, as the suite warms up (a split
+# kernel's first calls in a process run while the OS settles where its threads run).
+WARMUP_S = 0.1
+
+
 def timed(fn: Callable[[], object], samples: int, start: float) -> dict:
     """The median of `samples` calls of `fn` after its first call (which ends the compile
-    begun at `start`) and three more."""
+    begun at `start`) and at least three more, for at least WARMUP_S."""
     fn()
     compile_s = time.perf_counter() - start
-    for _ in range(3):
+    warm = time.perf_counter()
+    calls = 0
+    while calls < 3 or time.perf_counter() - warm < WARMUP_S:
         fn()
+        calls += 1
     times = []
     for _ in range(samples):
         t = time.perf_counter()

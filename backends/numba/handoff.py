@@ -41,6 +41,7 @@ its own workers (the parent's threads are not in it). `XFUSE_HANDOFF=0` turns th
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import threading
@@ -67,14 +68,17 @@ SPIN_US = float(os.environ.get("XFUSE_SPIN_US", 100))
 # 256x256 product, in a loop: 247-251 us a pair with the worker woken at each call, 192-200 us
 # without, 185-218 us with no hand-off at all).
 BURST_US = SPIN_US
+# A watching worker that finds this long gone between two looks at its row was taken off its
+# core for another thread, and stops watching; waiting threads call sched_yield this often.
+GIVE_WAY_US = 20.0
 # XFUSE_HANDOFF=0: split kernels through the runtime's pool alone; so elsewhere than on x86-64
 # (`pause`, and the calling convention `_call` relies on, were checked there).
 ENABLED = os.environ.get("XFUSE_HANDOFF", "1") != "0" and platform.machine().lower() in ("x86_64", "amd64")
 MAX_WORDS = 64
 ROW = 16  # int64s a control row
 # a control row's fields: the caller's line, then the worker's
-JOB, STATE, ADDR, NWORDS, WAKING, REST = 0, 1, 2, 3, 4, 5
-DONE, STATUS = 8, 9
+JOB, STATE, ADDR, NWORDS, WAKING, REST, TAKEN = 0, 1, 2, 3, 4, 5, 6
+DONE, STATUS, RAN = 8, 9, 10
 AWAY, WATCHING, CLAIMED = 0, 1, 2
 QUIT = -1
 _RETURNED = (0, -2)  # numba's status of a function that returned (a value, or None)
@@ -159,6 +163,18 @@ def _call(typingctx, address, words, base):
     return types.int64(address, words, base), codegen
 
 
+@intrinsic
+def _call_c(typingctx, address):
+    """Calls the C function at `address` (no arguments; its int result is dropped)."""
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), [])
+        return context.get_dummy_value()
+
+    return types.none(address), codegen
+
+
 # ---------------------------------------------------------------------------- the loops
 # A pool of `count` workers keeps everything in one int64 array (one argument to pass): the
 # control rows, then count + 1 rows of words (the caller's last), then the chunks' statuses,
@@ -174,34 +190,51 @@ def _status_at(count):
 
 
 @numba.njit(nogil=True, cache=True)
-def _watch(state, count, row, spin):
+def _watch(state, count, row, spin, give_way, yield_at):
     """A worker's loop: run each chunk posted on its control row, then watch `spin` cycles for
-    the next; leaves once it has set itself AWAY (or is told to quit)."""
+    the next; leaves once it has set itself AWAY (or is told to quit). A worker that finds
+    `give_way` cycles gone between two looks was taken off its core for another thread (one
+    the OS put on the same core, the caller's perhaps): it stops watching rather than take
+    that core by turns. Every `give_way` cycles it also calls sched_yield (at `yield_at`, 0:
+    none), so a thread waiting for its core gets it at once."""
     base = row * ROW
     _store(state, base + WAKING, 0)  # woken: a caller that finds it away again wakes it again
     _store(state, base + REST, 0)  # a rest asked for before is over
     _swap(state, base + STATE, AWAY, WATCHING)  # watching, unless a caller has claimed it already
     deadline = _cycles() + spin
+    last = _cycles()
+    turn = last + give_way
     while True:
         job = _load(state, base + JOB)
         if job != _load(state, base + DONE):
             if job == QUIT:
                 return
-            status = _call(_load(state, base + ADDR), state, _words_at(count, row))
-            _store(state, base + STATUS, status)
+            if _swap(state, base + TAKEN, 0, 1):  # not taken back by the caller
+                status = _call(_load(state, base + ADDR), state, _words_at(count, row))
+                _store(state, base + STATUS, status)
+                _store(state, base + RAN, _load(state, base + RAN) + 1)
             _store(state, base + STATE, WATCHING)  # watching again, before the caller hears
             _store(state, base + DONE, job)
             deadline = _cycles() + spin
+            last = _cycles()
+            turn = last + give_way
             continue
         _pause()
-        if _cycles() > deadline or _load(state, base + REST) != 0:  # time up, or asked to rest
+        now = _cycles()
+        # time up, asked to rest, or taken off its core meanwhile
+        if now > deadline or _load(state, base + REST) != 0 or now - last > give_way:
             if _swap(state, base + STATE, WATCHING, AWAY):
                 return
-            deadline = _cycles() + spin  # claimed meanwhile: its chunk is on the way
+            deadline = now + spin  # claimed meanwhile: its chunk is on the way
+        if now > turn and yield_at != 0:
+            _call_c(yield_at)
+            now = _cycles()
+            turn = now + give_way
+        last = now
 
 
 @numba.njit(nogil=True, cache=True)
-def _split(state, count, workers, address, words, first, rows, watching):
+def _split(state, count, workers, address, words, first, rows, watching, give_way, yield_at, patience):
     """Hands chunks of [first, first + rows) of the function at `address` to `workers`
     workers, taking the first itself (the caller's row of words holds `words` words, the row
     bounds to be filled in). How each worker was taken goes to its place after the statuses:
@@ -241,28 +274,44 @@ def _split(state, count, workers, address, words, first, rows, watching):
             continue
         state[base + ADDR] = address
         state[base + NWORDS] = words
+        state[base + TAKEN] = 0
         _store(state, base + JOB, _load(state, base + DONE) + 1)
     if woken:
         return woken
-    return -_finish(state, count, workers, address, words)
+    return -_finish(state, count, workers, address, words, give_way, yield_at, patience)
 
 
 @numba.njit(nogil=True, cache=True)
-def _finish(state, count, workers, address, words):
+def _finish(state, count, workers, address, words, give_way, yield_at, patience):
     """Runs the caller's chunk and those of workers not claimed, then waits for the claimed
     ones; each chunk's status (numba's: 0 or -2 when it returned) goes to its place. Returns
     how many failed."""
     status, mine = _status_at(count), _status_at(count) + count + 1
+    began = _cycles()
     state[status + count] = _call(address, state, _words_at(count, count))
+    took = _cycles() - began
     for w in range(workers):
         if state[mine + w] == 0 or state[mine + w] == 3:
             state[status + w] = _call(address, state, _words_at(count, w))
     for w in range(workers):
         if state[mine + w] == 1 or state[mine + w] == 2:
             base = w * ROW
+            # A worker that has not begun its chunk by the time the caller's took (a worker
+            # still waking, or one the OS runs on the caller's own core), or `patience` cycles
+            # if longer, gets it taken back: the caller never waits on a thread not running.
+            deadline = _cycles() + max(took, patience)
+            while _load(state, base + TAKEN) == 0 and _cycles() < deadline:
+                _pause()
+            if _swap(state, base + TAKEN, 0, 2):
+                state[status + w] = _call(address, state, _words_at(count, w))
+                continue  # the worker hears of it later, and is claimed again once it has
             job = _load(state, base + JOB)
+            turn = _cycles() + give_way
             while _load(state, base + DONE) != job:
                 _pause()
+                if yield_at != 0 and _cycles() > turn:  # the worker may be waiting for this core
+                    _call_c(yield_at)
+                    turn = _cycles() + give_way
             state[status + w] = _load(state, base + STATUS)
     failed = 0
     for w in range(count + 1):
@@ -286,14 +335,15 @@ class _Workers:
         self.lock = threading.Lock()  # one caller at a time uses the words and statuses
         self.last = 0.0  # when the last split through them ended (perf_counter)
         self.wake = [SimpleQueue() for _ in range(count)]
-        self.spin = _spin_cycles()
-        _watch(np.array([QUIT, 0, 0, 0, 0, 0, 0, 0, 0] + [0] * (ROW - 9), np.int64), 1, 0, 0)  # compiled here
+        self.spin, self.give_way = _spin_cycles(), _spin_cycles(GIVE_WAY_US)
+        self.patience = 0  # cycles a caller waits at least for a worker to begin its chunk
+        _watch(np.array([QUIT] + [0] * (ROW - 1), np.int64), 1, 0, 0, 0, 0)  # compiled here
         for w in range(count):
             threading.Thread(target=self._serve, args=(w,), name=f"xfuse-handoff-{w}", daemon=True).start()
 
     def _serve(self, row: int) -> None:
         while self.wake[row].get() is not None:
-            _watch(self.state, self.count, row, self.spin)
+            _watch(self.state, self.count, row, self.spin, self.give_way, _YIELD)
 
     def close(self) -> None:
         """The workers leave (once no split is running through them); later splits find the
@@ -309,16 +359,27 @@ _workers_lock = threading.Lock()
 _spin: list[int] = []
 
 
-def _spin_cycles() -> int:
-    """SPIN_US in the cycle counter's ticks (measured once, over 2 ms)."""
+def _spin_cycles(us: float | None = None) -> int:
+    """SPIN_US (or `us`) in the cycle counter's ticks (its rate measured once, over 2 ms)."""
     if not _spin:
         _cycles_now()  # compiled (or loaded) before it is timed
         t0, c0 = time.perf_counter(), _cycles_now()
         while time.perf_counter() - t0 < 0.002:
             pass
         rate = (_cycles_now() - c0) / (time.perf_counter() - t0)
-        _spin.append(int(rate * SPIN_US * 1e-6))
-    return _spin[0]
+        _spin.extend([int(rate * SPIN_US * 1e-6), rate])
+    return _spin[0] if us is None else int(_spin[1] * us * 1e-6)
+
+
+def _sched_yield() -> int:
+    """The address of the C library's sched_yield (0 where there is none)."""
+    try:
+        return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
+    except (OSError, AttributeError):
+        return 0
+
+
+_YIELD = _sched_yield()
 
 
 def _get_workers(count: int) -> _Workers:
@@ -348,9 +409,9 @@ parallel.on_quiet(rest)
 
 
 def served() -> int:
-    """How many chunks this process's workers have run (their jobs done)."""
+    """How many chunks this process's workers have run."""
     pool = _workers
-    return 0 if pool is None else sum(int(pool.state[w * ROW + DONE]) for w in range(pool.count))
+    return 0 if pool is None else sum(int(pool.state[w * ROW + RAN]) for w in range(pool.count))
 
 
 def _after_fork_in_child() -> None:
@@ -465,13 +526,15 @@ class Splitter:
             mode = 0  # watching: wake the workers asleep only in a run of calls (see BURST_US)
             if watching:
                 mode = 2 if time.perf_counter() - pool.last < BURST_US * 1e-6 else 1
-            answer = _split(pool.state, pool.count, workers, address, count, first, rows, mode)
+            answer = _split(pool.state, pool.count, workers, address, count, first, rows, mode, pool.give_way,
+                            _YIELD, pool.patience)
             if answer > 0:  # workers asleep: woken, then the chunks run
                 mine = pool.state[-pool.count:]
                 for w in range(workers):
                     if mine[w] >= 2:
                         pool.wake[w].put(True)
-                answer = -_finish(pool.state, pool.count, workers, address, count)
+                answer = -_finish(pool.state, pool.count, workers, address, count, pool.give_way, _YIELD,
+                                  pool.patience)
             failed = []
             if answer:
                 failed = [(int(pool.words[w, 0]), int(pool.words[w, 1])) for w in (*range(workers), pool.count)
