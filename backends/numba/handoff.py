@@ -11,9 +11,16 @@ and a sequence number, runs its own chunk, and watches for the worker's answer, 
 call of a numba function, never touching the GIL between. A worker asleep (it stopped
 watching) is claimed the same way and woken through its queue: that hand-off is as slow as the
 pool's, once, and the worker watches again after the chunk. Through xfuse's program, on 2
-cores: the tanh/sigmoid chain over 2**16 floats 26 us split against 37-39 us on one thread;
-x * 2 + 1 over 2**18 floats 28-29 against 45-53 us; row sums over 4096x256, 55 us against 82
-us through the pool.
+cores: the tanh/sigmoid chain over 2**16 floats 28-32 us split against 38-44 us on one
+thread; x * 2 + 1 over 2**18 floats 29-31 against 53-55 us; row sums over 4096x256, 55-60 us
+against 82-89 us through the pool.
+
+Waiting never holds a core another thread needs for long. A caller whose own chunk is done
+takes back a worker's chunk the worker has not begun by then (a worker still waking, or one
+the OS runs on the caller's own core, as it did for the first 20-100 calls of some
+processes here: those calls took 1.5x one thread's time before this rule, and now at most
+about one thread's); it waits for one that has begun with sched_yield every `GIVE_WAY_US`;
+and a watching worker that finds itself taken off its core for a while stops watching.
 
 Kernels of middling work (a step's "watching", `analysis.WATCHING_MIN_WORK`) split only over
 workers already watching: the caller runs the chunks of those asleep itself, and wakes them
