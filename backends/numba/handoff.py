@@ -282,7 +282,9 @@ def _split(state, count, workers, address, words, first, rows, watching, give_wa
         state[base + ADDR] = address
         state[base + NWORDS] = words
         state[base + TAKEN] = 0
-        _store(state, base + JOB, _load(state, base + DONE) + 1)
+        # the next number after the last job posted, not after the last one answered: a worker
+        # answering a job taken back from it turns WATCHING before it writes DONE
+        _store(state, base + JOB, _load(state, base + JOB) + 1)
     if woken:
         return woken
     return -_finish(state, count, workers, address, words, give_way, yield_at, patience)

@@ -228,6 +228,28 @@ def test_a_chunk_the_worker_has_not_begun_is_taken_back(threads):
     np.testing.assert_array_equal(out, x * 2)
 
 
+def test_many_small_splits_then_the_workers_rest(threads):
+    """Thousands of splits of a tiny kernel, back to back: chunks run by the worker and chunks
+    taken back from it (each posted to a worker still answering the last) all give the right
+    rows, and once the calls stop the worker stops watching."""
+    threads(2)
+    x = np.arange(64.0)
+    out = np.zeros(64)
+    _doubled(0, 64, x, out)
+    split = handoff.Splitter(_doubled)
+    for _ in range(5000):
+        out[:] = 0
+        assert split((x, out), 64)
+        np.testing.assert_array_equal(out, 2 * x)
+    wait_for(lambda: worker_state() == handoff.AWAY, seconds=5)
+
+
+@numba.njit(nogil=True)
+def _doubled(start, end, x, out):
+    for i in range(start, end):
+        out[i] = 2 * x[i]
+
+
 def test_arguments_not_as_compiled_leave_the_split_to_the_runtime(threads):
     threads(2)
     x = np.arange(64.0, dtype=np.float32).reshape(16, 4)
