@@ -23,7 +23,8 @@ PARALLEL_MIN_WORK = 1 << 20
 # microseconds, not the pool's 20-40 us); otherwise it runs on one thread and wakes them for the
 # next call. Measured on one thread and split over two watching threads (2 cores): the
 # tanh/sigmoid chain over 2**16 floats 38 -> 26 us (work 720,896), over 2**15 18.7 -> 17.3 us;
-# x * 2 + 1 over 2**18 floats 51 -> 29 us (786,432), over 2**17 15.8 -> 15.0 us (393,216).
+# x * 2 + 1 over 2**18 floats 51 -> 29 us (786,432), over 2**17 15.8 -> 15.0 us (393,216). Not
+# for a light reduction (`kernels.Writer.input`): row sums over 1024x256 (786,432) 11 -> 13 us.
 WATCHING_MIN_WORK = 1 << 19
 # Each 4 bytes a kernel reads (its parameters, once) or writes counts this many units: past the
 # L2 an element moved costs more than an element computed (x * 2 + 1 over 2**19 f32 took 0.30 ns
