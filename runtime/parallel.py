@@ -170,7 +170,7 @@ def in_worker() -> bool:
 
 def run_rows(fn: Callable[[int, int], None], rows: int, split: bool = True) -> None:
     """Runs fn(start, end) over [0, rows), in one chunk per thread when `split`."""
-    threads = min(num_threads(), rows) if split and not getattr(_local, "worker", False) else 1
+    threads = min(num_threads(), rows) if split and not in_worker() else 1
     if threads <= 1:
         fn(0, rows)
         return
@@ -193,7 +193,7 @@ def run_each(fns: list[Callable[[], None]]) -> None:
     (independent loops: the parts of a loop split by rows). Each runs as a pool worker: what it
     calls does not split its rows again, so no part waits for a thread another part holds. With
     one thread, or from a pool thread, they run one after another."""
-    threads = min(num_threads(), len(fns)) if not getattr(_local, "worker", False) else 1
+    threads = min(num_threads(), len(fns)) if not in_worker() else 1
     if threads <= 1:
         for fn in fns:
             fn()

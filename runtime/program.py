@@ -74,10 +74,7 @@ def _splitting(kernel: Kernel, fn: Callable) -> Callable:
     def rows_of(args: tuple, rows: int, first: int = 0, split: bool = True, watching: bool = False) -> None:
         if (split or watching) and own is not None and own(args, rows, first, not split):
             return
-        if first:
-            run_rows(lambda s, e: fn(first + s, first + e, *args), rows, split)
-        else:
-            run_rows(lambda s, e: fn(s, e, *args), rows, split)
+        run_rows(lambda s, e: fn(first + s, first + e, *args), rows, split)
 
     return rows_of
 
@@ -117,13 +114,13 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     `Kernel`: not where BLAS's own threads run the program's products, as they spin for a
     while after each and take the core a split would: softmax(relu(x @ w + b)) at 64x512 @
     512x1024, its epilogue split, took 0.53-0.61 ms against 0.34-0.37 ms)."""
+    watching = watch and bool(step.get("watching")) and kernel.split is not None
     if step.get("dot") is not None:
-        return _output_run(step, kernel, own, watch)
+        return _output_run(step, kernel, own, watching)
     fn, settle = kernel.fn, kernel.settle
     prepare = [_preparer(dims, name, kernel.pointers) for dims, name in step["params"]]
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
     rows, split = step["rows"], step["parallel"]
-    watching = watch and bool(step.get("watching")) and kernel.split is not None
     first = [settle is not None]
     if not split and not watching and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
 
@@ -155,8 +152,9 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     return run
 
 
-def _output_run(step: dict, kernel: Kernel, own: bool, watch: bool) -> Callable:
-    """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue."""
+def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool) -> Callable:
+    """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue
+    (`watching`: split where threads watch, see `kernel_run`)."""
     fn, settle = kernel.fn, kernel.settle
     d = step["dot"]
     lhs, rhs, contracting, batch = d["lhs"], d["rhs"], d["contracting"], d["batch"]
@@ -169,7 +167,6 @@ def _output_run(step: dict, kernel: Kernel, own: bool, watch: bool) -> Callable:
     rows = dims[0] if dims else 1
     block = rows if not d["row_blocked"] else max(1, min(rows, BLOCK_BYTES // row_bytes))
     split = step["parallel"]
-    watching = watch and bool(step.get("watching")) and kernel.split is not None
     lb, rb = batch
     lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in contracting[0]), None)
     if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block

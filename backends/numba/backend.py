@@ -15,7 +15,6 @@ from xfuse.runtime.program import Kernel, build
 
 from .compile import compile_kernel, settle
 from . import handoff
-from .handoff import Splitter
 from .lowering import lower
 from .native_loop import native_loops
 
@@ -24,7 +23,7 @@ NAME = "numba"
 
 def compile_module(module: Module) -> Executable:
     lowered = lower(module)
-    kernels = {name: Kernel(fn := compile_kernel(source), settle, split=Splitter(fn) if handoff.ENABLED else None)
+    kernels = {name: Kernel(fn := compile_kernel(source), settle, split=handoff.Splitter(fn) if handoff.ENABLED else None)
                for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))

@@ -84,11 +84,11 @@ ENABLED = os.environ.get("XFUSE_HANDOFF", "1") != "0" and platform.machine().low
 MAX_WORDS = 64
 ROW = 16  # int64s a control row
 # a control row's fields: the caller's line, then the worker's
-JOB, STATE, ADDR, NWORDS, WAKING, REST, TAKEN = 0, 1, 2, 3, 4, 5, 6
+JOB, STATE, ADDR, WAKING, REST, TAKEN = 0, 1, 2, 4, 5, 6
 DONE, STATUS, RAN = 8, 9, 10
 AWAY, WATCHING, CLAIMED = 0, 1, 2
 QUIT = -1
-_RETURNED = (0, -2)  # numba's status of a function that returned (a value, or None)
+RETURNED, RETURNED_NONE = 0, -2  # numba's status of a function that returned (a value, or None)
 _ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
 
 
@@ -280,7 +280,6 @@ def _split(state, count, workers, address, words, first, rows, watching, give_wa
         else:
             continue
         state[base + ADDR] = address
-        state[base + NWORDS] = words
         state[base + TAKEN] = 0
         # the next number after the last job posted, not after the last one answered: a worker
         # answering a job taken back from it turns WATCHING before it writes DONE
@@ -324,7 +323,7 @@ def _finish(state, count, workers, address, words, give_way, yield_at, patience)
             state[status + w] = _load(state, base + STATUS)
     failed = 0
     for w in range(count + 1):
-        if (w < workers or w == count) and state[status + w] != 0 and state[status + w] != -2:
+        if (w < workers or w == count) and state[status + w] != RETURNED and state[status + w] != RETURNED_NONE:
             failed += 1
     return failed
 
@@ -338,13 +337,15 @@ def _cycles_now():
 class _Workers:
     def __init__(self, count: int) -> None:
         self.count = count
+        # the layout `_words_at` and `_status_at` spell for the numba loops
         self.state = np.zeros(count * ROW + (count + 1) * MAX_WORDS + 2 * count + 1, np.int64)
         self.words = self.state[count * ROW:count * ROW + (count + 1) * MAX_WORDS].reshape(count + 1, MAX_WORDS)
         self.status = self.state[count * ROW + (count + 1) * MAX_WORDS:][:count + 1]
+        self.mine = self.state[-count:]  # how each worker was taken (`_split`)
         self.lock = threading.Lock()  # one caller at a time uses the words and statuses
         self.last = 0.0  # when the last split through them ended (perf_counter)
         self.wake = [SimpleQueue() for _ in range(count)]
-        self.spin, self.give_way = _spin_cycles(), _spin_cycles(GIVE_WAY_US)
+        self.spin, self.give_way = _cycles_in(SPIN_US), _cycles_in(GIVE_WAY_US)
         self.patience = 0  # cycles a caller waits at least for a worker to begin its chunk
         _watch(np.array([QUIT] + [0] * (ROW - 1), np.int64), 1, 0, 0, 0, 0)  # compiled here
         for w in range(count):
@@ -365,19 +366,18 @@ class _Workers:
 
 _workers: _Workers | None = None
 _workers_lock = threading.Lock()
-_spin: list[int] = []
+_rate: list[float] = []  # the cycle counter's ticks a second, once measured
 
 
-def _spin_cycles(us: float | None = None) -> int:
-    """SPIN_US (or `us`) in the cycle counter's ticks (its rate measured once, over 2 ms)."""
-    if not _spin:
+def _cycles_in(us: float) -> int:
+    """`us` microseconds in the cycle counter's ticks (its rate measured once, over 2 ms)."""
+    if not _rate:
         _cycles_now()  # compiled (or loaded) before it is timed
         t0, c0 = time.perf_counter(), _cycles_now()
         while time.perf_counter() - t0 < 0.002:
             pass
-        rate = (_cycles_now() - c0) / (time.perf_counter() - t0)
-        _spin.extend([int(rate * SPIN_US * 1e-6), rate])
-    return _spin[0] if us is None else int(_spin[1] * us * 1e-6)
+        _rate.append((_cycles_now() - c0) / (time.perf_counter() - t0))
+    return int(_rate[0] * us * 1e-6)
 
 
 def _sched_yield() -> int:
@@ -433,7 +433,7 @@ if hasattr(os, "register_at_fork"):
 
 
 # ---------------------------------------------------------------------------- kernels
-def _overload_plan(fn, signature) -> tuple[int, list] | None:
+def _overload_plan(fn, signature) -> tuple[int, list, int] | None:
     """(address, checks, words) for calling the overload of `fn` for `signature` through `_call`, or
     None where a word would not be an integer or a pointer (or numba's convention is not the
     one this module knows). checks: per argument, None (an int64) or the array type's
@@ -476,15 +476,15 @@ def _array_words(state, at, a):
         state[at + 5 + a.ndim + i] = a.strides[i]
 
 
-def _fill_words(state: np.ndarray, at: int, args: tuple, checks: list) -> bool:
-    """Writes the words of `args` (those after the two row bounds) into state[at:], for an
+def _fill_words(row: np.ndarray, at: int, args: tuple, checks: list) -> bool:
+    """Writes the words of `args` (those after the two row bounds) into row[at:], for an
     overload whose checks these are; False where an argument is not what it was compiled
     for."""
     for a, check in zip(args, checks):
         if check is None:
             if type(a) is not int:
                 return False
-            state[at] = a
+            row[at] = a
             at += 1
             continue
         dtype, ndim, layout = check
@@ -493,7 +493,7 @@ def _fill_words(state: np.ndarray, at: int, args: tuple, checks: list) -> bool:
         flags = a.flags
         if not flags.aligned or layout == "C" and not flags.c_contiguous or layout == "F" and not flags.f_contiguous:
             return False
-        _array_words(state, at, a)
+        _array_words(row, at, a)
         at += 5 + 2 * ndim
     return True
 
@@ -529,7 +529,7 @@ class Splitter:
         if not pool.lock.acquire(blocking=False):  # another thread of the user's is splitting
             return False
         try:
-            if not _fill_words(pool.state, pool.count * ROW + pool.count * MAX_WORDS + 2, args, checks[2:]):
+            if not _fill_words(pool.words[pool.count], 2, args, checks[2:]):  # the caller's row
                 return False
             workers = threads - 1
             mode = 0  # watching: wake the workers asleep only in a run of calls (see BURST_US)
@@ -538,18 +538,17 @@ class Splitter:
             answer = _split(pool.state, pool.count, workers, address, count, first, rows, mode, pool.give_way,
                             _YIELD, pool.patience)
             if answer > 0:  # workers asleep: woken, then the chunks run
-                mine = pool.state[-pool.count:]
                 for w in range(workers):
-                    if mine[w] >= 2:
+                    if pool.mine[w] >= 2:
                         pool.wake[w].put(True)
                 answer = -_finish(pool.state, pool.count, workers, address, count, pool.give_way, _YIELD,
                                   pool.patience)
+            pool.last = time.perf_counter()
             failed = []
             if answer:
                 failed = [(int(pool.words[w, 0]), int(pool.words[w, 1])) for w in (*range(workers), pool.count)
-                          if pool.status[w] not in _RETURNED]
+                          if pool.status[w] not in (RETURNED, RETURNED_NONE)]
         finally:
-            pool.last = time.perf_counter()
             pool.lock.release()
         for start, end in failed:  # the dispatcher raises what the chunk raised
             self.fn(start, end, *args)

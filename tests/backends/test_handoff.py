@@ -17,22 +17,14 @@ import pytest
 
 import xfuse
 from xfuse.backends.numba import handoff
-from xfuse.backends.numba.lowering import lower
 from xfuse.runtime import parallel
 
-
-def chain(x):
-    return jnp.tanh(x) * jax.nn.sigmoid(1.5 * x) + 0.5 * x
-
-
-def softmax(x):
-    return jax.nn.softmax(x, axis=-1)
+from .test_parallel import chain, kernel_steps, layer_norm, mlp_softmax
+from .test_parallel import row_softmax as softmax
 
 
-def layer_norm(x):
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + 1e-5)
+def layer_norm_plain(x):
+    return layer_norm(x, 1.0, 0.0)
 
 
 def row_sums(x):
@@ -42,14 +34,10 @@ def row_sums(x):
 CASES = {  # name: (function, shape); each splits always ("parallel")
     "chain": (chain, (1001, 1024)),
     "softmax": (softmax, (1001, 1024)),
-    "layer_norm": (layer_norm, (1001, 1024)),
+    "layer_norm": (layer_norm_plain, (1001, 1024)),
     "row_sums": (row_sums, (4099, 256)),
     "softmax_rows_of_12": (softmax, (43691, 12)),
 }
-
-
-def steps(compiled) -> list[dict]:
-    return [s for s in lower(compiled.module).program["steps"] if s["op"] == "kernel"]
 
 
 def data(shape, seed=0) -> np.ndarray:
@@ -62,11 +50,13 @@ def data(shape, seed=0) -> np.ndarray:
 def threads():
     """set(n): n threads for kernels; the workers are made afresh for the test and retired
     after it."""
-    if handoff._workers is not None:
-        handoff._workers.close()
-        handoff._workers = None
+    retire_workers()
     yield parallel.set_num_threads
     parallel.set_num_threads(None)
+    retire_workers()
+
+
+def retire_workers() -> None:
     if handoff._workers is not None:
         handoff._workers.close()
         handoff._workers = None
@@ -76,7 +66,7 @@ def threads():
 def watching_forever(monkeypatch, threads):
     """Workers that, once woken, watch until told to stop, never give way, and always get to
     run their chunks (the test then decides when they are at hand)."""
-    monkeypatch.setattr(handoff, "_spin", [1 << 62, 1e15])
+    monkeypatch.setattr(handoff, "_rate", [1e18])  # ticks a second: 100 us is some 10^14 ticks
     real = handoff._Workers.__init__
 
     def patient(pool, count):
@@ -105,7 +95,7 @@ def test_splits_through_the_workers_match_one_thread(watching_forever, name, cou
     fn, shape = CASES[name]
     x = data(shape)
     compiled = xfuse.jit(fn).lower(x).compile()
-    assert all(s["parallel"] for s in steps(compiled))
+    assert all(s["parallel"] for s in kernel_steps(compiled))
     threads(1)
     serial = np.asarray(compiled(x))
     threads(count)
@@ -121,7 +111,7 @@ def test_splits_through_the_workers_match_one_thread(watching_forever, name, cou
 def test_middling_kernels_split_only_where_workers_watch(watching_forever):
     x = data(1 << 16)
     compiled = xfuse.jit(chain).lower(x).compile()
-    (step,) = steps(compiled)
+    (step,) = kernel_steps(compiled)
     assert step["watching"] and not step["parallel"]
     watching_forever(2)
     want = np.asarray(compiled(x))  # compiled on this call, on this thread
@@ -161,9 +151,9 @@ def test_no_watching_split_beside_blas_threads(monkeypatch, watching_forever):
     spin after it, so the middling epilogue never splits."""
     rng = np.random.default_rng(1)
     x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in [(64, 512), (512, 1024), (1024,)])
-    fn = lambda x, w, b: jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)  # noqa: E731
+    fn = mlp_softmax
     compiled = xfuse.jit(fn).lower(x, w, b).compile()
-    (step,) = steps(compiled)
+    (step,) = kernel_steps(compiled)
     assert step["watching"]
     calls = []
     real = handoff.Splitter.__call__
@@ -351,7 +341,7 @@ def test_a_forked_child_splits_with_workers_of_its_own():
 
 def test_a_new_thread_count_makes_new_workers(threads):
     x = data((1001, 1024))
-    compiled = xfuse.jit(layer_norm).lower(x).compile()
+    compiled = xfuse.jit(layer_norm_plain).lower(x).compile()
     threads(1)
     want = np.asarray(compiled(x))
     for count in (3, 2, 3):
