@@ -56,13 +56,17 @@ class Kernel:
     the backend's own way of running fn's rows across threads: split(args, rows, first,
     watching) runs fn(start, end, *args) over [first, first + rows) and says whether it did
     (False: nothing ran, the runtime runs it); `watching`: a step worth splitting only where
-    threads are at hand (a step's "watching"), the rest of the work on the calling thread."""
+    threads are at hand (a step's "watching"), the rest of the work on the calling thread.
+    `exact`: exact(args) is fn's compiled entry for arguments of exactly the types of `args`
+    (C-ordered, aligned, writable arrays and ints, as given), which skips the dispatch on types
+    a call of fn does, or None where it has none; the caller must check each later call's
+    arguments for those types itself (`executable.guarded_call` checks the strides)."""
 
-    __slots__ = ("fn", "settle", "pointers", "split")
+    __slots__ = ("fn", "settle", "pointers", "split", "exact")
 
     def __init__(self, fn: Callable, settle: Callable | None = None, pointers: bool = False,
-                 split: Callable | None = None) -> None:
-        self.fn, self.settle, self.pointers, self.split = fn, settle, pointers, split
+                 split: Callable | None = None, exact: Callable | None = None) -> None:
+        self.fn, self.settle, self.pointers, self.split, self.exact = fn, settle, pointers, split, exact
 
 
 def _splitting(kernel: Kernel, fn: Callable) -> Callable:
@@ -129,11 +133,11 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
             if first[0]:
                 first[0] = False
                 settle(fn)
-                serial.direct = fn, rows
+                serial.direct = fn, rows, kernel.exact
 
         serial.dispatcher = fn
         if settle is None:  # nothing to do after the first call: the caller may call fn itself
-            serial.direct = fn, rows
+            serial.direct = fn, rows, kernel.exact
         return serial
 
     over = _splitting(kernel, fn)

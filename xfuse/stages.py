@@ -230,6 +230,7 @@ class Compiled:
                     outputs = self.call_flat(self._checked_arrays(args, kwargs))
                     self._fast = (expected, self.fast_runner())
                     self._guarded = self._guarded_runner(expected)
+                    self._own_call(expected)
                     return outputs
             # Every argument must be counted: one of another type beside matching arrays
             # (an ndarray subclass, say) would reach the kernels in a matching array's place.
@@ -265,6 +266,19 @@ class Compiled:
             return outputs if outputs is MISS else jax.tree_util.tree_unflatten(tree, outputs)
 
         return unflattened
+
+    def _own_call(self, expected: list) -> None:
+        """Gives this instance a class of its own whose `__call__` is the runtime's guarded
+        call made a method, falling back to `Compiled.__call__` for any other arguments: a
+        call pays for one Python frame, not two (x + 1 on 4 floats: 0.53 against 0.64 us).
+        torch.fx gives each GraphModule a class of its own so for its generated `forward`."""
+        make = getattr(self.executable, "guarded_runner", None)
+        if make is None or type(self) is not Compiled or not jax.tree_util.treedef_is_leaf(self.lowered.out_tree):
+            return
+        call = make(expected, single=True, method=Compiled.__call__)
+        call.__doc__ = Compiled.__call__.__doc__
+        self.__class__ = type("Compiled", (Compiled,), {"__call__": call, "__module__": Compiled.__module__,
+                                                        "__qualname__": Compiled.__qualname__})
 
     def _checked_arrays(self, args: tuple, kwargs: dict) -> list:
         """The arguments as canonical arrays; TypeError naming the first that does not fit."""

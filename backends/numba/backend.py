@@ -13,7 +13,7 @@ from xfuse.hlo import Module
 from xfuse.runtime import Executable
 from xfuse.runtime.program import Kernel, build
 
-from .compile import compile_kernel, settle
+from .compile import compile_kernel, exact_entry, settle
 from . import handoff
 from .lowering import lower
 from .native_loop import native_loops
@@ -23,7 +23,8 @@ NAME = "numba"
 
 def compile_module(module: Module) -> Executable:
     lowered = lower(module)
-    kernels = {name: Kernel(fn := compile_kernel(source), settle, split=handoff.Splitter(fn) if handoff.ENABLED else None)
+    kernels = {name: Kernel(fn := compile_kernel(source), settle,
+                            split=handoff.Splitter(fn) if handoff.ENABLED else None, exact=exact_entry(fn))
                for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))

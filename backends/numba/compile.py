@@ -169,6 +169,28 @@ def _save_or_warn(fn, entry) -> None:
     fn._cache.save_overload = save_overload
 
 
+def exact_entry(fn):
+    """`Kernel.exact` for the dispatcher `fn`: exact(args) is the machine code's entry that
+    numba compiled for the types of `args`, called without the dispatcher's work of typing
+    every argument (0.14 us against 0.25 us for a kernel of two ints and two arrays), or None
+    where an array is not C-ordered, aligned and writable, or no such overload is compiled.
+    The entry reads arrays as the types it was compiled for, whatever is passed: the caller
+    checks the types first."""
+
+    def exact(args):
+        try:
+            types = tuple(numba.typeof(a) for a in args)
+        except ValueError:
+            return None
+        for t in types:
+            if isinstance(t, numba.types.Array) and (t.layout != "C" or not t.aligned or not t.mutable):
+                return None
+        overload = fn.overloads.get(types)
+        return None if overload is None else overload.entry_point
+
+    return exact
+
+
 def settle(fn) -> None:
     """After a kernel's first call: count a cache hit, or record what numba stored."""
     entry = getattr(fn, "_xfuse_entry", None)
