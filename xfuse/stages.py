@@ -276,7 +276,7 @@ class Compiled:
         if make is None or type(self) is not Compiled or not jax.tree_util.treedef_is_leaf(self.lowered.out_tree):
             return
         call = make(expected, single=True, method=Compiled.__call__)
-        call.__doc__ = Compiled.__call__.__doc__
+        call.__name__, call.__qualname__, call.__doc__ = "__call__", "Compiled.__call__", Compiled.__call__.__doc__
         self.__class__ = type("Compiled", (Compiled,), {"__call__": call, "__module__": Compiled.__module__,
                                                         "__qualname__": Compiled.__qualname__})
 
