@@ -60,7 +60,8 @@ class Kernel:
     `exact`: exact(args) is fn's compiled entry for arguments of exactly the types of `args`
     (C-ordered, aligned, writable arrays and ints, as given), which skips the dispatch on types
     a call of fn does, or None where it has none; the caller must check each later call's
-    arguments for those types itself (`executable.guarded_call` checks the strides)."""
+    arguments for those types itself (`executable.guarded_call` checks the strides and the
+    alignment)."""
 
     __slots__ = ("fn", "settle", "pointers", "split", "exact")
 

@@ -270,7 +270,7 @@ class Compiled:
     def _own_call(self, expected: list) -> None:
         """Gives this instance a class of its own whose `__call__` is the runtime's guarded
         call made a method, falling back to `Compiled.__call__` for any other arguments: a
-        call pays for one Python frame, not two (x + 1 on 4 floats: 0.53 against 0.64 us).
+        call pays for one Python frame, not two (x + 1 on 4 floats: 0.57 against 0.64 us).
         torch.fx gives each GraphModule a class of its own so for its generated `forward`."""
         make = getattr(self.executable, "guarded_runner", None)
         if make is None or type(self) is not Compiled or not jax.tree_util.treedef_is_leaf(self.lowered.out_tree):
