@@ -174,12 +174,12 @@ class Executable:
         return call
 
     def guarded_runner(self, expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool,
-                       method: Callable | None = None) -> Callable:
+                       method: Callable | None = None, also: tuple[str, dict] | None = None) -> Callable:
         """`guarded_call` of this program: straight to its kernel when it is one (`_direct`)."""
         direct = self._direct()
         if direct is None:
-            return guarded_call(expected, single, self.runner(), method=method)
-        return guarded_call(expected, single, direct=direct, method=method)
+            return guarded_call(expected, single, self.runner(), method=method, also=also)
+        return guarded_call(expected, single, direct=direct, method=method, also=also)
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.finish(self.run_steps(arrays))
@@ -233,7 +233,7 @@ class Executable:
 
 def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool,
                  call: Callable | None = None, direct: tuple | None = None,
-                 method: Callable | None = None) -> Callable:
+                 method: Callable | None = None, also: tuple[str, dict] | None = None) -> Callable:
     """`run(args)`: `call(args)` for a tuple of exactly `len(expected)` plain ndarrays of the
     (shape, dtype) in `expected`, else `MISS`, without running anything; with `expected` None,
     the caller has checked the arguments. The outputs are a list, or the only one itself when
@@ -243,22 +243,25 @@ def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool
     paths of `Compiled`, `xfuse.jit` and artifacts).
 
     `method` (with `expected`): the function is a method instead, `run(self, *args, **kwargs)`,
-    that calls `method(self, *args, **kwargs)` for arguments it does not take: a `Compiled`'s
-    `__call__`, one frame fewer. Where the kernel has an `exact` entry for arguments of the
-    expected types (`Kernel.exact`) and its output is small, the function calls that entry
-    after checking each argument's strides (C order) and alignment too: x + 1 on 4 floats took
-    0.57 us a call so, 0.70 us through `Compiled.__call__`, this function and the kernel's
-    dispatcher. A read-only array reads the same through the entry (a lone kernel step writes
-    only its new output)."""
+    that calls `method(self, *args, **kwargs)` for arguments it does not take, or where `also`
+    (the text of a condition, and the names it reads) does not hold: a `Compiled`'s or an
+    `xfuse.jit` function's `__call__`, one frame fewer (`Compiled.call_class`).
+
+    Where the kernel has an `exact` entry for arguments of the expected types (`Kernel.exact`)
+    and its output is small, the function calls that entry after checking each argument's
+    strides (C order) and alignment too: x + 1 on 4 floats took 0.57 us a call so, 0.70 us
+    through `Compiled.__call__`, this function and the kernel's dispatcher. A read-only array
+    reads the same through the entry (a lone kernel step writes only its new output)."""
     n = len(expected) if expected is not None else direct[0] if direct is not None else 0
     names = [f"a{i}" for i in range(n)]
     env: dict = {"ndarray": np.ndarray, "MISS": MISS, "len": len, "type": type, "empty": np.empty,
-                 "NOARG": _NOARG, "method": method}
+                 "NOARG": _NOARG, "method": method, **(also[1] if also else {})}
     miss = "        return MISS"
     if method is not None:
         given = "".join(f"{a}, " for a in names)
         lines = [f"def run(self, {''.join(a + '=NOARG, ' for a in names)}*rest, **kwargs):",
-                 "    if rest or kwargs" + "".join(f" or {a} is NOARG" for a in names[-1:]) + ":",
+                 "    if rest or kwargs" + "".join(f" or {a} is NOARG" for a in names[-1:])
+                 + (f" or not ({also[0]})" if also else "") + ":",
                  f"        return method(self, *[a for a in ({given}) if a is not NOARG], *rest, **kwargs)"]
         miss = f"        return method(self, {given})"
     else:

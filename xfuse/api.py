@@ -69,8 +69,9 @@ class Jitted:
         if both:
             raise ValueError(f"donate_argnums and static_argnums both name argument {min(both)}")
         self._cache: dict[tuple, Compiled] = {}
-        # key -> (run, guarded run or None); _last: (x64, backend choice, guarded run) of the
-        # signature last called, tried first (its guard checks the arguments).
+        # key -> (run, guarded run or None, the class whose __call__ is the guarded run, or
+        # None); _last: (x64, backend choice, guarded run) of the signature last called, tried
+        # first (its guard checks the arguments).
         self._fast: dict[tuple, tuple] = {}
         self._last: tuple = (None, None, None)
         self._device_fast = False  # whether _fast holds entries for jax arrays
@@ -94,6 +95,8 @@ class Jitted:
             if run is not None:
                 if run[1] is not None:
                     self._last = (key[0], key[1], run[1])
+                    if run[2] is not None:
+                        self.__class__ = run[2]
                 return run[0](args)
             if self._device_fast:  # jax arrays, for a backend that takes them as they are
                 key = [(a.shape, a.dtype) for a in args if type(a) is _JaxArray and not a.weak_type]
@@ -113,14 +116,23 @@ class Jitted:
             # passed through untouched: next time the shapes and dtypes alone select the
             # executable.
             if all(type(a) is ndarray for a in args):
+                x64, choice = _X64.value, _CHOICE.get()
                 guarded = compiled.guarded_runner()
-                self._fast[(_X64.value, _CHOICE.get(), *map(_SIGNATURE, args))] = \
-                    (compiled.fast_runner(), guarded)
+                # The class whose `__call__` is this signature's guarded call, in this x64 mode
+                # and backend block (`Compiled.call_class`): the instance takes it while this
+                # signature is the one called last.
+                cls = None
+                if guarded is not None and (type(self) is Jitted or vars(type(self)).get("call_class_of") is Jitted):
+                    names = {"X64": _X64, "CHOICE": _CHOICE, "x64": x64, "choice": choice}
+                    cls = compiled.call_class(Jitted, also=("X64.value is x64 and CHOICE.get() is choice", names))
+                self._fast[(x64, choice, *map(_SIGNATURE, args))] = (compiled.fast_runner(), guarded, cls)
                 if guarded is not None:
-                    self._last = (_X64.value, _CHOICE.get(), guarded)
+                    self._last = (x64, choice, guarded)
+                    if cls is not None:
+                        self.__class__ = cls
             elif all(type(a) is _JaxArray and not a.weak_type for a in args):
                 signature = [(a.shape, a.dtype) for a in args]
-                self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = (compiled.fast_runner(), None)
+                self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = (compiled.fast_runner(), None, None)
                 self._device_fast = True
         return outputs
 
