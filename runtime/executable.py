@@ -266,17 +266,15 @@ def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool
         miss = f"        return method(self, {given})"
     else:
         lines = ["def run(args):"]
-    exact = None
+    strides = None  # each argument's, where the call goes to the kernel's exact entry
     if direct is not None:
         _, env["fn"], env["rows"], exact, env["so"], env["do"], env["make"], step = direct
         env["failed"] = step.failed
         if exact is not None and expected is not None and env["so"] is not None:
             samples = [np.empty(tuple(shape), dtype) for shape, dtype in expected]
             entry = exact((0, env["rows"], *samples, np.empty(env["so"], env["do"])))
-            exact = None if entry is None else [a.strides for a in samples]
-            env["fn"] = env["fn"] if entry is None else entry
-        else:
-            exact = None
+            if entry is not None:
+                env["fn"], strides = entry, [a.strides for a in samples]
     if expected is not None:
         if method is None:
             lines += [f"    if len(args) != {n}:", miss]
@@ -284,11 +282,11 @@ def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool
                 lines.append(f"    {', '.join(names)}, = args")
         for i, (shape, dtype) in enumerate(expected):
             env[f"s{i}"], env[f"d{i}"] = tuple(shape), np.dtype(dtype)
-            strides = ""
-            if exact is not None:
-                env[f"t{i}"] = exact[i]
-                strides = f" or a{i}.strides != t{i} or not a{i}.flags.aligned"
-            lines += [f"    if type(a{i}) is not ndarray or a{i}.shape != s{i} or a{i}.dtype is not d{i}{strides}:",
+            layout = ""
+            if strides is not None:
+                env[f"t{i}"] = strides[i]
+                layout = f" or a{i}.strides != t{i} or not a{i}.flags.aligned"
+            lines += [f"    if type(a{i}) is not ndarray or a{i}.shape != s{i} or a{i}.dtype is not d{i}{layout}:",
                       miss]
     if direct is not None:
         if expected is None and names:

@@ -127,7 +127,8 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
     rows, split = step["rows"], step["parallel"]
     first = [settle is not None]
-    if not split and not watching and all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
+    as_is = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)  # nothing converted
+    if not split and not watching and as_is:
 
         def serial(inputs, outputs):  # the common small case: no conversion, one thread
             fn(0, rows, *inputs, *outputs)
@@ -142,9 +143,9 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
         return serial
 
     over = _splitting(kernel, fn)
-    if all(f is _same for f in prepare) and all(f is _AS_IS for f in finish):
+    if as_is:
 
-        def plain(inputs, outputs):  # no conversion: the arguments as they are, split
+        def plain(inputs, outputs):  # the arguments as they are, split
             over((*inputs, *outputs), rows, 0, split, watching)
             if first[0]:
                 first[0] = False

@@ -286,11 +286,11 @@ def _split(state, count, workers, address, words, first, rows, watching, give_wa
         _store(state, base + JOB, _load(state, base + JOB) + 1)
     if woken:
         return woken
-    return -_finish(state, count, workers, address, words, give_way, yield_at, patience)
+    return -_finish(state, count, workers, address, give_way, yield_at, patience)
 
 
 @numba.njit(nogil=True, cache=True)
-def _finish(state, count, workers, address, words, give_way, yield_at, patience):
+def _finish(state, count, workers, address, give_way, yield_at, patience):
     """Runs the caller's chunk and those of workers not claimed, then waits for the claimed
     ones; each chunk's status (numba's: 0 or -2 when it returned) goes to its place. Returns
     how many failed."""
@@ -541,8 +541,7 @@ class Splitter:
                 for w in range(workers):
                     if pool.mine[w] >= 2:
                         pool.wake[w].put(True)
-                answer = -_finish(pool.state, pool.count, workers, address, count, pool.give_way, _YIELD,
-                                  pool.patience)
+                answer = -_finish(pool.state, pool.count, workers, address, pool.give_way, _YIELD, pool.patience)
             pool.last = time.perf_counter()
             failed = []
             if answer:
