@@ -58,9 +58,34 @@ def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
 
 
-def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None = None) -> None:
-    """One product on the calling thread: through `sgemm` (oneDNN's) where given and it takes
-    the operands, else numpy's."""
+# A product goes to a backend's own gemm (`matmul`'s `gemm`) where its right side, B's K x N
+# floats, is at most KERNEL_GEMM_B_MAX (128 KiB, in a core's L2 while every row tile reads it)
+# with N at most KERNEL_GEMM_COLUMNS, and its left side has at least KERNEL_GEMM_ROWS rows.
+# There the numba backend's ran in 0.74-0.97 of OpenBLAS's time on one thread (256 or 1024
+# rows, K from 32 to 512, N 64 to 256), and attention's eight heads of 256x64 @ (256x64)^T in
+# 521 us against 591; past it, in up to 1.27 of OpenBLAS's time (N of 512 and 1024), and 8x256
+# @ 256x256 took 14 us against 10.
+KERNEL_GEMM_B_MAX = 1 << 15
+KERNEL_GEMM_COLUMNS = 256
+KERNEL_GEMM_ROWS = 32
+
+
+def kernel_gemm_takes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a product of these operands goes to a backend's gemm (see KERNEL_GEMM_B_MAX)."""
+    return a.dtype == _F32 and b.dtype == _F32 and a.shape[-2] >= KERNEL_GEMM_ROWS \
+        and 16 <= b.shape[-1] <= KERNEL_GEMM_COLUMNS and b.shape[-2] * b.shape[-1] <= KERNEL_GEMM_B_MAX
+
+
+def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None = None,
+          gemm: Callable | None = None) -> None:
+    """One product on the calling thread: through `gemm` (a backend's: gemm(a3, b3, out3) ->
+    bool over batches (G, M, K) @ (G, K, N), False where it does not take them) where given
+    and `kernel_gemm_takes`, else `sgemm` (oneDNN's) where given and it takes the operands,
+    else numpy's."""
+    if gemm is not None and kernel_gemm_takes(a, b):
+        a3, b3 = (a, b) if a.ndim == 3 else (a[None], b[None])
+        if gemm(a3, b3, out.reshape(*a3.shape[:-1], b3.shape[-1])):
+            return
     if sgemm is None or not _each(sgemm, a, b, out):
         _numpy_product(a, b, out)
 
@@ -73,7 +98,8 @@ def _each(sgemm: Callable, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> boo
     return a.shape[0] == 1 and sgemm(a[0], b[0], out[0])
 
 
-def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False) -> None:
+def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False,
+           gemm: Callable | None = None) -> None:
     """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N). `own`: in xfuse's
     threads, BLAS single-threaded (`blas`), a block of the batch, of the rows or of the columns
     each. BLAS packs the whole right side for each block of rows, and the whole left side for
@@ -88,7 +114,8 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     took 10.0-10.6 ms so on znver4, against 11.7-12.6 ms in OpenBLAS's two threads and
     11.4-11.9 ms in XLA's; on an AVX2 EPYC, gelu's 256x1024 @ 1024x4096 took 17.3-17.7 ms
     with OpenBLAS in each thread, 17.3-21.0 ms in OpenBLAS's two threads and 21-36 ms with
-    oneDNN in each thread (separate processes)."""
+    oneDNN in each thread (separate processes). Where a product runs on one thread of xfuse's,
+    `gemm` (a backend's, see `_gemm`) runs it where it is given and takes the operands."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
@@ -102,17 +129,17 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
         return
     with blas.single_threaded():
         if macs < SPLIT_PRODUCT_MIN:
-            _gemm(a3, b3, o)
+            _gemm(a3, b3, o, None, gemm)
         elif a3.ndim == 3 and a3.shape[0] >= num_threads():
-            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e], sgemm), a3.shape[0])
+            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e], sgemm, gemm), a3.shape[0])
         elif m > 1 and n > m:
-            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e], sgemm), n)
+            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e], sgemm, gemm), n)
         elif a3.ndim == 3 and m > 1:
-            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e], sgemm), m)
+            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e], sgemm, gemm), m)
         elif m > 1:
-            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e], sgemm), m)
+            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e], sgemm, gemm), m)
         else:  # a vector times a matrix: one thread
-            _gemm(a3, b3, o)
+            _gemm(a3, b3, o, None, gemm)
 
 
 def _large_float32(lshape, rshape, work: np.dtype) -> bool:
@@ -122,11 +149,12 @@ def _large_float32(lshape, rshape, work: np.dtype) -> bool:
     return work == _F32 and lshape[-2] > 1 and int(np.prod(lshape)) * rshape[-1] >= ONEDNN_MIN
 
 
-def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) -> Callable:
+def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False, gemm: Callable | None = None) -> Callable:
     """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
     transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
     small product in a loop body pays little besides BLAS. `own`: see `matmul`, whose choice is
-    made here for a product it would hand to numpy as it is (`_numpy_dot`)."""
+    made here for a product it would hand to numpy as it is (`_numpy_dot`). `gemm`: a backend's
+    own product for one thread (`_gemm`)."""
     (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
     work = compute_dtype(out_dtype)
     if lshape[0] == 1:
@@ -139,7 +167,7 @@ def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False) ->
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
         b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
-        matmul(a, b, out, work, own)
+        matmul(a, b, out, work, own, gemm)
 
     return dot
 
@@ -160,8 +188,8 @@ def _numpy_dot(lshape: tuple, rshape: tuple, work: np.dtype) -> Callable:
     return dot
 
 
-def dot_run(step: dict, own: bool = False) -> Callable:
-    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"], own)
+def dot_run(step: dict, own: bool = False, gemm: Callable | None = None) -> Callable:
+    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"], own, gemm)
     work, target = compute_dtype(step["dtype"]), dtype(step["dtype"])
     dims = tuple(step["dims"])
 
@@ -176,7 +204,8 @@ def dot_run(step: dict, own: bool = False) -> Callable:
     return run
 
 
-def block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool) -> Callable[[int], Callable]:
+def block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool,
+                   gemm: Callable | None = None) -> Callable[[int], Callable]:
     """product(count): `make_dot` for a block of `count` rows of the dot `d`, its left operand
     cut along `lhs_axis` and its right one along `rhs_axis` (None: whole), made once per count:
     planning the transposes again for every block cost more than a small block's product
@@ -190,7 +219,7 @@ def block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool) -> C
             lhs[lhs_axis] = count
             if rhs_axis is not None:
                 rhs[rhs_axis] = count
-            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], own)
+            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], own, gemm)
         return fn
 
     return product
@@ -215,5 +244,5 @@ def narrow(out: np.ndarray, wide: np.ndarray) -> None:
         out[...] = wide.reshape(out.shape).astype(out.dtype)
 
 
-__all__ = ["HALF", "ONEDNN_MIN", "SPLIT_PRODUCT_MIN", "block_products", "compute_dtype", "cut_rows", "dot_plan",
-           "dot_run", "dtype", "macs", "make_dot", "matmul", "narrow"]
+__all__ = ["HALF", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN", "SPLIT_PRODUCT_MIN", "block_products", "compute_dtype", "cut_rows", "dot_plan",
+           "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow"]

@@ -113,7 +113,8 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
     return _AS_IS
 
 
-def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True) -> Callable:
+def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True,
+               gemm: Callable | None = None) -> Callable:
     """run(inputs, outputs) for a kernel step (`own`: an output fusion's product runs in
     xfuse's threads, see `products.matmul`; `watch`: a "watching" step may split, see
     `Kernel`: not where BLAS's own threads run the program's products, as they spin for a
@@ -121,7 +122,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     512x1024, its epilogue split, took 0.53-0.61 ms against 0.34-0.37 ms)."""
     watching = watch and bool(step.get("watching")) and kernel.split is not None
     if step.get("dot") is not None:
-        return _output_run(step, kernel, own, watching)
+        return _output_run(step, kernel, own, watching, gemm)
     fn, settle = kernel.fn, kernel.settle
     prepare = [_preparer(dims, name, kernel.pointers) for dims, name in step["params"]]
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
@@ -168,7 +169,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     return run
 
 
-def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool) -> Callable:
+def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool, gemm: Callable | None = None) -> Callable:
     """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue
     (`watching`: split where threads watch, see `kernel_run`)."""
     fn, settle = kernel.fn, kernel.settle
@@ -187,8 +188,8 @@ def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool) -> Callab
     lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in contracting[0]), None)
     if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
         block = rows
-    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own)
-    block_product = block_products(d, lhs_axis, rb[0] if lb else None, own) if block < rows else None
+    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own, gemm)
+    block_product = block_products(d, lhs_axis, rb[0] if lb else None, own, gemm) if block < rows else None
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
@@ -283,7 +284,7 @@ def _in_shares(share: Callable[[int, int], None], rows: int) -> None:
         run_each([lambda i=i: share(bounds[i], bounds[i + 1]) for i in range(threads)])
 
 
-def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
+def _chain_run(step: dict, kernel: Kernel, then: dict, gemm: Callable | None = None) -> Callable:
     """run(inputs, outputs) for an output fusion `step` and the dot `then` reading its result
     (see `chained`); inputs: the fusion's, then the dot's right side. Each thread takes a share
     of the leading rows and, a block of them at a time, runs the fusion's product (BLAS on
@@ -299,7 +300,8 @@ def _chain_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     made_type = compute_dtype(step["specs"][0][1])  # the fusion's result: its own dtype, not the dot's
     rows, row_size = dims[0], int(np.prod(dims[1:]))
     block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * made_type.itemsize))
-    first_product, second_product = block_products(d, lb[0], rb[0], True), block_products(then, 0, then_rb[0], True)
+    first_product = block_products(d, lb[0], rb[0], True, gemm)
+    second_product = block_products(then, 0, then_rb[0], True, gemm)
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
     cuts = list(d["row_slices"])
@@ -371,7 +373,7 @@ def fed(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) -> int
 FEED_BLOCK_BYTES = 1 << 20
 
 
-def _feed_run(step: dict, kernel: Kernel, then: dict) -> Callable:
+def _feed_run(step: dict, kernel: Kernel, then: dict, gemm: Callable | None = None) -> Callable:
     """run(inputs, outputs) for a loop kernel `step` and the dot `then` reading its result (see
     `fed`); inputs: the kernel's, then the dot's right side. Each thread takes a share of the
     rows and, a block of them at a time, runs the kernel over the block and the product of
@@ -382,7 +384,7 @@ def _feed_run(step: dict, kernel: Kernel, then: dict) -> Callable:
     dims, name = step["specs"][0]
     made_type, rows, unit = dtype(name), dims[0], step["leading"]
     block = max(1, FEED_BLOCK_BYTES // max(1, int(np.prod(dims[1:])) * made_type.itemsize))
-    product = block_products(then, 0, None, True)
+    product = block_products(then, 0, None, True, gemm)
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name_, kernel.pointers) for dims_, name_ in step["params"]]
     first = [settle is not None]
@@ -464,11 +466,13 @@ def _alias(step: dict) -> tuple[Callable, int | None]:
 
 
 def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, np.ndarray],
-          sources: Mapping[str, str] | None = None, own: bool | None = None) -> Executable:
+          sources: Mapping[str, str] | None = None, own: bool | None = None,
+          gemm: Callable | None = None) -> Executable:
     """The executable of `program`, given its kernels by name and its constants by key (a
     program's `constants` maps each constant's value slot to its key). `own`: whether its
     products run in xfuse's threads (`blas`); by default, where any kernel of the program,
-    nested ones included, is split over threads and BLAS's thread count can be set."""
+    nested ones included, is split over threads and BLAS's thread count can be set. `gemm`: the
+    backend's own float32 product for one thread, where it has one (`products._gemm`)."""
     if own is None:
         own = blas.available() and (any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
                                     or _loops_side_by_side(program["steps"]))
@@ -490,7 +494,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             continue  # run by the chain before it, or with the dot it feeds
         if at in feeds:
             k = program["steps"][feeds[at]]
-            run = _feed_run(k, kernels[k["kernel"]], s)
+            run = _feed_run(k, kernels[k["kernel"]], s, gemm)
             steps.append(Step(f"{k['name']}+{s['name']}", "kernel", run, (*k["inputs"], s["inputs"][1]), outputs,
                               (spec((s["dims"], s["dtype"])),),
                               f"{k['label']}, then {s['name']} a block of rows at a time", False,
@@ -498,7 +502,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             continue
         if at in chain_at:
             then = program["steps"][at + 1]
-            run = _chain_run(s, kernels[s["kernel"]], then)
+            run = _chain_run(s, kernels[s["kernel"]], then, gemm)
             steps.append(Step(f"{s['name']}+{then['name']}", "kernel", run, (*inputs, then["inputs"][1]),
                               tuple(then["outputs"]), (spec((then["dims"], then["dtype"])),),
                               f"{s['label']}, then {then['name']} a block of rows at a time", False,
@@ -509,15 +513,15 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             steps.append(Step(s["name"], "alias", run, inputs, outputs, element=element))
         elif op == "dot":
             specs = (spec((s["dims"], s["dtype"])),)
-            steps.append(Step(s["name"], "blas", dot_run(s, own), inputs, outputs, specs, "dot_general"))
+            steps.append(Step(s["name"], "blas", dot_run(s, own, gemm), inputs, outputs, specs, "dot_general"))
         elif op == "kernel" and "window" in s:
-            parts = build(s["window"]["parts"], kernels, constants, sources, own)
+            parts = build(s["window"]["parts"], kernels, constants, sources, own, gemm)
             steps.append(Step(s["name"], "alias", window_run(s["window"], parts), inputs, outputs, label=s["label"]))
         elif op == "kernel":
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
             kernel = kernels[s["kernel"]]
-            run = kernel_run(s, kernel, own, watch)
+            run = kernel_run(s, kernel, own, watch, gemm)
             specs = tuple(spec(e) for e in s["specs"])
             # Over an input it reads, a numba kernel's vectorised loop falls back to its scalar
             # one (LLVM checks at run time that the arrays do not overlap): 2x slower for x * 2
@@ -529,8 +533,8 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             specs = tuple(spec(e) for e in s["specs"])
             steps.append(Step(s["name"], "library", library_run(s), inputs, outputs, specs, s["label"]))
         elif op == "while":
-            condition = build(s["condition"], kernels, constants, sources, own)
-            body = build(s["body"], kernels, constants, sources, own)
+            condition = build(s["condition"], kernels, constants, sources, own, gemm)
+            body = build(s["body"], kernels, constants, sources, own, gemm)
             native = kernels.get(s.get("native", ""))
             run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
             part_of = at > 0 and _parts(program["steps"][at - 1], s)
@@ -538,13 +542,13 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
         elif op == "conditional":
-            branches = [build(b, kernels, constants, sources, own) for b in s["branches"]]
+            branches = [build(b, kernels, constants, sources, own, gemm) for b in s["branches"]]
             steps.append(Step(s["name"], "alias", conditional_run(branches, s["tupled"]), inputs, outputs,
                               label=s["label"]))
             for k, inner in enumerate(branches):
                 inner_sources.update({f"{s['name']}/branch{k}/{n}": v for n, v in inner.kernel_sources.items()})
         elif op == "nested":
-            inner = build(s["program"], kernels, constants, sources, own)
+            inner = build(s["program"], kernels, constants, sources, own, gemm)
             steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
                               label=s["label"]))
         else:

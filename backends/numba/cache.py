@@ -47,7 +47,7 @@ _HERE = Path(__file__).resolve().parent
 # The modules whose code a kernel inlines or whose text shapes the kernel (loop_kernels.py:
 # the helpers a native loop's driver compiles in).
 _KEYED_SOURCES = ("compile.py", "pipeline.py", "scalar.py", "rows.py", "mathlib/__init__.py",
-                  "mathlib/core.py", "mathlib/f32.py", "mathlib/f64.py", "loop_kernels.py")
+                  "mathlib/core.py", "mathlib/f32.py", "mathlib/f64.py", "loop_kernels.py", "gemm.py")
 
 
 @dataclass

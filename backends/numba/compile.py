@@ -15,7 +15,7 @@ from types import ModuleType
 import numba
 import numpy as np
 
-from . import cache, mathlib, rows, scalar
+from . import cache, gemm, mathlib, rows, scalar
 from .kernels import KernelSource
 from .pipeline import WITHOUT_WRAPPERS, CalleeCompiler, KernelCompiler
 
@@ -43,6 +43,7 @@ def _called_forms(module) -> ModuleType:
 
 CALLED_MATHLIB = _called_forms(mathlib)
 CALLED_SCALAR = _called_forms(scalar)
+CALLED_GEMM = _called_forms(gemm)  # the product's micro-kernels (intrinsics)
 CALLED_ROWS = ModuleType("rows_called")
 for _name in rows.SUMS + rows.EXTREMES:
     _flags = {"reassoc"} if _name in rows.SUMS else set()
@@ -57,6 +58,7 @@ def namespace(source: KernelSource) -> dict:
         "scalar": CALLED_SCALAR,
         "mathlib": CALLED_MATHLIB,
         "rows": CALLED_ROWS,
+        "gemm": CALLED_GEMM,
         "inline": helper,
         "inline_always": INLINE_ALWAYS,
         **source.globals,
