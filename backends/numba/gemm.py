@@ -1,16 +1,18 @@
 """float32 matrix products in numba's own code, for the products BLAS runs well below the core's
-peak here: attention's per-head products, 256x64 @ (256x64)^T and 256x256 @ 256x64, took 65-81
-and 63-76 us in OpenBLAS on one thread (104-132 GFLOP/s), against 59-72 and 50-59 us here; on
-operands in cache this kernel reaches 150-175 GFLOP/s, OpenBLAS 183-198 on a 2048^3 product.
+peak here: attention's per-head products, 256x64 @ (256x64)^T and 256x256 @ 256x64, took 69-74
+and 63-76 us each in OpenBLAS on one thread (batches of eight heads), against 65-68 and 50-59 us
+here; on operands in cache this kernel reaches 150-180 GFLOP/s, OpenBLAS 183-198 on a 2048^3
+product.
 
 The work is done by a micro-kernel written in LLVM IR (`tile`), as BLAS's are written in
 assembly: a tile of `mr` rows by `nv` vectors of 16 floats of the result stays in registers
-through the whole contracting dimension; each step broadcasts one float of each of the tile's
+through a block of `KC` steps of the contracting dimension; each step broadcasts one float of each of the tile's
 rows of `a` and loads `nv` vectors of `b`, for `mr * nv` fused multiply-adds. The loop
 vectoriser cannot be asked for this from Python source (it vectorises innermost loops, which
 would load and store the tile at every step). `b` is first copied into panels of `NR` columns,
 contiguous and zero-padded on the right, so every step reads one 256-byte run, rows of `b`
-thousands of bytes apart do not fight over the same cache sets, and a transposed `b`
+thousands of bytes apart do not fight over the same cache sets (the contracting dimension
+goes in blocks of `KC`, so a panel stays in the first-level cache), and a transposed `b`
 (attention's k) is read through its strides once, 16x16 blocks at a time (`transpose16`), not
 for every row tile.
 
@@ -36,6 +38,7 @@ from numba.extending import intrinsic
 LANES = 16
 MR, NV = 6, 4  # the tile: 6 rows by 64 columns, 24 accumulators of the 32 vector registers
 NR = NV * LANES
+KC = 128  # the contracting dimension's block: a panel of KC x NR floats is 32 KiB
 _F32 = np.dtype(np.float32)
 _V = ir.VectorType(ir.FloatType(), LANES)
 _I64 = ir.IntType(64)
@@ -48,19 +51,21 @@ def _fma_declaration(module: ir.Module) -> ir.Function:
 
 
 def _tile(mr: int, nv: int):
-    """tile(a, ao, lda, p, po, ldp, c, co, ldc, k): c[co + r*ldc + j] = sum over d < k of
-    a[ao + r*lda + d] * p[po + d*ldp + j], for r < mr and j < nv*16 (offsets and leading
-    dimensions in floats from each array's first element)."""
+    """tile(a, ao, lda, p, po, ldp, c, co, ldc, k, add): c[co + r*ldc + j] = (that value, where
+    `add` is not 0, else 0) + the sum over d < k of a[ao + r*lda + d] * p[po + d*ldp + j], for
+    r < mr and j < nv*16 (offsets and leading dimensions in floats from each array's first
+    element). With `add`, the fused multiply-adds go on from the value in c: blocks of the
+    contracting dimension one after another make the same chain, in the same order, as one."""
 
     @intrinsic
-    def tile(typingctx, a, ao, lda, p, po, ldp, c, co, ldc, k):
+    def tile(typingctx, a, ao, lda, p, po, ldp, c, co, ldc, k, add):
         if not all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (a, p, c)):
             return None
         sig = types.void(a, types.int64, types.int64, p, types.int64, types.int64, c, types.int64, types.int64,
-                         types.int64)
+                         types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
-            a_, ao_, lda_, p_, po_, ldp_, c_, co_, ldc_, k_ = args
+            a_, ao_, lda_, p_, po_, ldp_, c_, co_, ldc_, k_, add_ = args
             at, pt, ct = signature.args[0], signature.args[3], signature.args[6]
             base_a = builder.gep(context.make_array(at)(context, builder, a_).data, [ao_])
             base_p = builder.gep(context.make_array(pt)(context, builder, p_).data, [po_])
@@ -72,6 +77,12 @@ def _tile(mr: int, nv: int):
             splat = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
             first = ir.Constant(ir.IntType(32), 0)
             rows_a = [builder.gep(base_a, [builder.mul(ir.Constant(_I64, r), lda_)]) for r in range(mr)]
+            targets = [[builder.bitcast(builder.gep(base_c, [builder.add(builder.mul(ir.Constant(_I64, r), ldc_),
+                                                                         ir.Constant(_I64, v * LANES))]), vptr)
+                        for v in range(nv)] for r in range(mr)]
+            adding = builder.icmp_signed("!=", add_, ir.Constant(_I64, 0))
+            start = [[builder.select(adding, builder.load(targets[r][v], align=4), zero) for v in range(nv)]
+                     for r in range(mr)]
 
             entry = builder.block
             loop = builder.append_basic_block("tile.loop")
@@ -96,18 +107,16 @@ def _tile(mr: int, nv: int):
             d.add_incoming(following, tail)
             for r in range(mr):
                 for v in range(nv):
-                    acc[r][v].add_incoming(zero, entry)
+                    acc[r][v].add_incoming(start[r][v], entry)
                     acc[r][v].add_incoming(new[r][v], tail)
 
             builder.position_at_end(done)
             sums = [[builder.phi(_V) for _ in range(nv)] for _ in range(mr)]
             for r in range(mr):
-                row = builder.gep(base_c, [builder.mul(ir.Constant(_I64, r), ldc_)])
                 for v in range(nv):
-                    sums[r][v].add_incoming(zero, entry)
+                    sums[r][v].add_incoming(start[r][v], entry)
                     sums[r][v].add_incoming(new[r][v], tail)
-                    target = builder.bitcast(builder.gep(row, [ir.Constant(_I64, v * LANES)]), vptr)
-                    builder.store(sums[r][v], target, align=4)
+                    builder.store(sums[r][v], targets[r][v], align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -154,11 +163,12 @@ def transpose16(typingctx, src, so, lds, dst, do, ldd):
 
 
 def driver_text() -> str:
-    """The generated driver. Each product's `b` is read in place where it is one contiguous
-    panel (64 columns), else first copied into panels; the rows of `a` left over after
-    the whole tiles are copied into a zero-padded tile (`apad`), and a tile short of columns
-    writes through `cpad`. The tiles then run panel by panel, so a panel stays in cache while
-    every row tile reads it."""
+    """The generated driver. The contracting dimension goes in blocks of `KC`; for each, `b`'s
+    rows of the block are copied into panels of `NR` columns (`KC` x 64 floats, 32 KiB: one
+    stays in the first-level cache while every row tile reads it), or read in place where `b`
+    is one contiguous panel (64 columns). The rows of `a` left over after the whole tiles are
+    copied into a zero-padded tile (`apad`), and a tile short of rows or columns goes through
+    `cpad`. After the first block each tile adds to the sums the blocks before it left."""
     return f'''def gemm_driver(a, b, c, panel, apad, cpad):
     groups, m, k = a.shape
     n = b.shape[2]
@@ -167,6 +177,7 @@ def driver_text() -> str:
     ldb = b.strides[1] // 4
     ldt = b.strides[2] // 4
     direct = b.strides[2] == 4 and b.strides[1] == {NR * 4} and n == {NR}
+    transposed = b.strides[1] == 4
     panels = (n + {NR - 1}) // {NR}
     rest = m % {MR}
     whole = m - rest
@@ -175,78 +186,88 @@ def driver_text() -> str:
         gc = g * (c.strides[0] // 4)
         gb = g * (b.strides[0] // 4)
         bg = b[g]
-        if not direct:
+        for k0 in range(0, k, {KC}):
+            kc = min({KC}, k - k0)
+            add = 1 if k0 > 0 else 0
+            if not direct:
+                for q in range(panels):
+                    j0 = q * {NR}
+                    w = min({NR}, n - j0)
+                    block = panel[q]
+                    if transposed:  # (attention's k): 16x16 blocks transposed in registers
+                        whole_j = w - w % 16
+                        whole_d = kc - kc % 16
+                        bo = gb + j0 * ldt + k0
+                        po = q * {KC * NR}
+                        for j in range(0, whole_j, 16):
+                            for d in range(0, whole_d, 16):
+                                gemm.transpose16(b, bo + j * ldt + d, ldt, panel, po + d * {NR} + j, {NR})
+                        for d in range(kc):
+                            dst = block[d]
+                            for j in range(whole_j if d < whole_d else 0, w):
+                                dst[j] = bg[k0 + d, j0 + j]
+                            for j in range(w, {NR}):
+                                dst[j] = np.float32(0)
+                    else:  # one loop from 0, which LLVM vectorises (from another start it did not)
+                        for d in range(kc):
+                            src = bg[k0 + d]
+                            dst = block[d]
+                            for j in range(w):
+                                dst[j] = src[j0 + j]
+                            for j in range(w, {NR}):
+                                dst[j] = np.float32(0)
+            if rest:
+                for r in range({MR}):
+                    row = apad[0, r]
+                    if r < rest:
+                        src = a[g, whole + r]
+                        for d in range(kc):
+                            row[d] = src[k0 + d]
+                    else:
+                        for d in range(kc):
+                            row[d] = np.float32(0)
             for q in range(panels):
                 j0 = q * {NR}
                 w = min({NR}, n - j0)
-                block = panel[q]
-                if bg.strides[0] != 4 or bg.strides[1] % 4:
-                    for d in range(k):
-                        src = bg[d]
-                        dst = block[d]
-                        for j in range(w):
-                            dst[j] = src[j0 + j]
-                        for j in range(w, {NR}):
-                            dst[j] = np.float32(0)
-                else:  # b is a transposed matrix (attention's k): 16x16 blocks transposed
-                    bo = gb + j0 * ldt
-                    po = q * k * {NR}
-                    whole_j = w - w % 16
-                    whole_d = k - k % 16
-                    for j in range(0, whole_j, 16):
-                        for d in range(0, whole_d, 16):
-                            gemm.transpose16(b, bo + j * ldt + d, ldt, panel, po + d * {NR} + j, {NR})
-                    for d in range(k):
-                        dst = block[d]
-                        for j in range(whole_j if d < whole_d else 0, w):
-                            dst[j] = bg[d, j0 + j]
-                        for j in range(w, {NR}):
-                            dst[j] = np.float32(0)
-        if rest:
-            for r in range({MR}):
-                row = apad[0, r]
-                if r < rest:
-                    src = a[g, whole + r]
-                    for d in range(k):
-                        row[d] = src[d]
+                if direct:
+                    p = b
+                    po = gb + k0 * ldb + j0
+                    ldp = ldb
                 else:
-                    for d in range(k):
-                        row[d] = np.float32(0)
-        for q in range(panels):
-            j0 = q * {NR}
-            w = min({NR}, n - j0)
-            if direct:
-                p = b
-                po = gb + j0
-                ldp = ldb
-            else:
-                p = panel
-                po = q * k * {NR}
-                ldp = {NR}
-            for i0 in range(0, m, {MR}):
-                if i0 < whole:
-                    x = a
-                    xo = ga + i0 * lda
-                    ldx = lda
-                else:
-                    x = apad
-                    xo = 0
-                    ldx = k
-                if w == {NR} and i0 < whole:
-                    dest = c
-                    do = gc + i0 * ldc + j0
-                    ldd = ldc
-                else:
-                    dest = cpad
-                    do = 0
-                    ldd = {NR}
-                gemm.tile(x, xo, ldx, p, po, ldp, dest, do, ldd, k)
-                if w < {NR} or i0 >= whole:
-                    for r in range(min({MR}, m - i0)):
-                        out = c[g, i0 + r]
-                        t = cpad[0, r]
-                        for j in range(w):
-                            out[j0 + j] = t[j]
+                    p = panel
+                    po = q * {KC * NR}
+                    ldp = {NR}
+                for i0 in range(0, m, {MR}):
+                    if i0 < whole:
+                        x = a
+                        xo = ga + i0 * lda + k0
+                        ldx = lda
+                    else:
+                        x = apad
+                        xo = 0
+                        ldx = {KC}
+                    full = w == {NR} and i0 < whole
+                    if full:
+                        dest = c
+                        do = gc + i0 * ldc + j0
+                        ldd = ldc
+                    else:
+                        dest = cpad
+                        do = 0
+                        ldd = {NR}
+                        if add:  # the sums so far, into the tile
+                            for r in range(min({MR}, m - i0)):
+                                t = cpad[0, r]
+                                out = c[g, i0 + r]
+                                for j in range(w):
+                                    t[j] = out[j0 + j]
+                    gemm.tile(x, xo, ldx, p, po, ldp, dest, do, ldd, kc, add)
+                    if not full:
+                        for r in range(min({MR}, m - i0)):
+                            out = c[g, i0 + r]
+                            t = cpad[0, r]
+                            for j in range(w):
+                                out[j0 + j] = t[j]
 '''
 
 
@@ -256,19 +277,14 @@ class _Buffers(threading.local):
 
     def __init__(self) -> None:
         self.panel = np.empty(0, _F32)
-        self.apad = np.empty(0, _F32)
+        self.apad = np.zeros((1, MR, KC), _F32)
         self.cpad = np.zeros((1, MR, NR), _F32)  # 3-D, as the result it stands for
 
-    def panels(self, count: int, k: int) -> np.ndarray:
-        size = count * k * NR
+    def panels(self, count: int) -> np.ndarray:
+        size = count * KC * NR
         if self.panel.size < size:
             self.panel = np.empty(size, _F32)
-        return self.panel[:size].reshape(count, k, NR)
-
-    def rows(self, k: int) -> np.ndarray:
-        if self.apad.size < MR * k:
-            self.apad = np.empty(MR * k, _F32)
-        return self.apad[: MR * k].reshape(1, MR, k)
+        return self.panel[:size].reshape(count, KC, NR)
 
 
 _buffers = _Buffers()
@@ -306,9 +322,9 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     does not hold (nothing written)."""
     if not takes(a, b, out):
         return False
-    panel = _buffers.panels((b.shape[2] + NR - 1) // NR, a.shape[2])
+    panel = _buffers.panels((b.shape[2] + NR - 1) // NR)
     driver = _driver()
-    driver(a, b, out, panel, _buffers.rows(a.shape[2]), _buffers.cpad)
+    driver(a, b, out, panel, _buffers.apad, _buffers.cpad)
     if not _settled:
         from .compile import settle
 
@@ -317,4 +333,4 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-__all__ = ["LANES", "MR", "NR", "NV", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]
+__all__ = ["KC", "LANES", "MR", "NR", "NV", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]

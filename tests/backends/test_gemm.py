@@ -47,8 +47,10 @@ def _assert_product(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 @pytest.mark.parametrize("layout", ["N", "T", "S"])
 @pytest.mark.parametrize("g", [1, 3])
 def test_products_agree_with_float64_over_remainders_and_layouts(layout, g):
-    # rows around the tile's 6, columns around its 64 (and the transposes' 16), k around 16
-    for m, k, n in itertools.product([1, 5, 6, 7, 13, 64], [1, 15, 16, 17, 40], [1, 16, 17, 63, 64, 65, 130]):
+    # rows around the tile's 6, columns around its 64 (and the transposes' 16), k around 16 and
+    # past the blocks of KC (the later blocks add to the sums, partial tiles through a copy)
+    for m, k, n in itertools.product([1, 5, 6, 7, 13, 64], [1, 15, 16, 17, 40, gemm.KC + 1, 2 * gemm.KC + 45],
+                                     [1, 16, 17, 63, 64, 65, 130]):
         a = RNG.standard_normal((g, m, k)).astype(np.float32)
         b = _right(g, k, n, layout)
         out = np.full((g, m, n), np.nan, np.float32)
