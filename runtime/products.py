@@ -83,8 +83,8 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None 
     and `kernel_gemm_takes`, else `sgemm` (oneDNN's) where given and it takes the operands,
     else numpy's."""
     if gemm is not None and kernel_gemm_takes(a, b):
-        a3, b3 = (a, b) if a.ndim == 3 else (a[None], b[None])
-        if gemm(a3, b3, out.reshape(*a3.shape[:-1], b3.shape[-1])):
+        a3, b3, o3 = (a, b, out) if a.ndim == 3 else (a[None], b[None], out[None])  # views, never copies
+        if gemm(a3, b3, o3):
             return
     if sgemm is None or not _each(sgemm, a, b, out):
         _numpy_product(a, b, out)
