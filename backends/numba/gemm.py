@@ -23,7 +23,10 @@ BLAS's, as the order of XLA's and of BLAS's differ from each other.
 `gemm_f32(a, b, out)` runs a batch of products (G, M, K) @ (G, K, N) on the calling thread
 (without the GIL), or returns False for operands it does not take (`takes`). The driver is a
 generated kernel compiled through `compile.compile_kernel`, so it is cached on disk like any
-kernel. Imports numba, numpy and llvmlite.
+kernel, and compiled once, for operands of any layout: numba would compile it again (most of a
+second each) for every combination of C-ordered and strided operands it met, as attention's
+k^T and v are. Its loops over such operands stay scalar, so the copies of whole rows go through
+an intrinsic of their own (`copy16`). Imports numba, numpy and llvmlite.
 """
 
 from __future__ import annotations
@@ -162,6 +165,39 @@ def transpose16(typingctx, src, so, lds, dst, do, ldd):
     return sig, codegen
 
 
+@intrinsic
+def copy16(typingctx, src, so, dst, do, count):
+    """dst[do + i] = src[so + i] for i < 16 * count: vectors of 16 floats, whatever layout
+    numba typed the arrays with (the driver reads its operands as strided arrays, whose loops
+    LLVM leaves scalar)."""
+    if not all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (src, dst)):
+        return None
+    sig = types.void(src, types.int64, dst, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        src_, so_, dst_, do_, count_ = args
+        base_s = builder.gep(context.make_array(signature.args[0])(context, builder, src_).data, [so_])
+        base_d = builder.gep(context.make_array(signature.args[2])(context, builder, dst_).data, [do_])
+        vptr = _V.as_pointer()
+        entry = builder.block
+        loop = builder.append_basic_block("copy.loop")
+        done = builder.append_basic_block("copy.done")
+        builder.cbranch(builder.icmp_signed(">", count_, ir.Constant(_I64, 0)), loop, done)
+        builder.position_at_end(loop)
+        i = builder.phi(_I64)
+        at = builder.mul(i, ir.Constant(_I64, LANES))
+        value = builder.load(builder.bitcast(builder.gep(base_s, [at]), vptr), align=4)
+        builder.store(value, builder.bitcast(builder.gep(base_d, [at]), vptr), align=4)
+        following = builder.add(i, ir.Constant(_I64, 1))
+        builder.cbranch(builder.icmp_signed("<", following, count_), loop, done)
+        i.add_incoming(ir.Constant(_I64, 0), entry)
+        i.add_incoming(following, builder.block)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def driver_text() -> str:
     """The generated driver. The contracting dimension goes in blocks of `KC`; for each, `b`'s
     rows of the block are copied into panels of `NR` columns (`KC` x 64 floats, 32 KiB: one
@@ -208,14 +244,16 @@ def driver_text() -> str:
                                 dst[j] = bg[k0 + d, j0 + j]
                             for j in range(w, {NR}):
                                 dst[j] = np.float32(0)
-                    else:  # one loop from 0, which LLVM vectorises (from another start it did not)
+                    else:
+                        whole_j = w - w % 16 if ldt == 1 else 0  # rows of b contiguous: vectors
                         for d in range(kc):
-                            src = bg[k0 + d]
-                            dst = block[d]
-                            for j in range(w):
-                                dst[j] = src[j0 + j]
-                            for j in range(w, {NR}):
-                                dst[j] = np.float32(0)
+                            gemm.copy16(b, gb + (k0 + d) * ldb + j0, panel, q * {KC * NR} + d * {NR}, whole_j // 16)
+                            if whole_j < {NR}:  # the columns past whole vectors, then zeros
+                                dst = block[d]
+                                for j in range(whole_j, w):
+                                    dst[j] = bg[k0 + d, j0 + j]
+                                for j in range(w, {NR}):
+                                    dst[j] = np.float32(0)
             if rest:
                 for r in range({MR}):
                     row = apad[0, r]
@@ -288,6 +326,10 @@ class _Buffers(threading.local):
 
 
 _buffers = _Buffers()
+_READ = types.Array(types.float32, 3, "A", readonly=True)
+_OWN = types.Array(types.float32, 3, "C")
+# a and b read-only (a writable array converts to one), out writable, any layout; the buffers
+_SIGNATURE = (_READ, _READ, types.Array(types.float32, 3, "A"), _OWN, _OWN, _OWN)
 _compiled: list = []
 _settled: list = []
 _lock = threading.Lock()
@@ -302,18 +344,24 @@ def _driver():
 
                 source = KernelSource(name="gemm_driver", source=driver_text(), globals={}, params=[],
                                       outputs=[], parallel=False, kind="gemm")
-                _compiled.append(compile_kernel(source))
+                fn = compile_kernel(source)
+                # One overload for every layout: numba would compile (0.9 s each) one for each
+                # combination of C-ordered and strided operands it meets (attention's k^T and v).
+                fn.compile(_SIGNATURE)
+                fn.disable_compile()
+                _compiled.append(fn)
     return _compiled[0]
 
 
 def takes(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     """Whether `gemm_f32` runs out = a @ b for these operands: aligned float32 batches (G, M, K),
     (G, K, N) and (G, M, N), the rows of `a` and `out` contiguous, every stride a whole number
-    of floats (the tiles address rows by strides in floats), K at least 1."""
+    of floats (the tiles address rows by strides in floats), K at least 1, `out` writable."""
     return (a.dtype == _F32 and b.dtype == _F32 and out.dtype == _F32 and a.ndim == b.ndim == out.ndim == 3
             and a.strides[2] == 4 and out.strides[2] == 4 and a.shape[2] > 0
             and a.shape[:2] == out.shape[:2] and b.shape[0] == a.shape[0] and b.shape[1] == a.shape[2]
             and b.shape[2] == out.shape[2] and a.flags.aligned and b.flags.aligned and out.flags.aligned
+            and out.flags.writeable
             and not any(s % 4 for s in (*a.strides, *b.strides, *out.strides)))
 
 
@@ -333,4 +381,4 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-__all__ = ["KC", "LANES", "MR", "NR", "NV", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]
+__all__ = ["KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]

@@ -112,12 +112,32 @@ def test_special_values_follow_ieee_as_blas():
     (np.ones((1, 8, 4), np.float32), np.ones((2, 4, 16), np.float32), np.zeros((1, 8, 16), np.float32)),  # batch
     (np.frombuffer(bytes(8 * 4 * 4 + 1), np.float32, 32, 1).reshape(1, 8, 4),  # misaligned
      np.ones((1, 4, 16), np.float32), np.zeros((1, 8, 16), np.float32)),
+    (np.ones((1, 8, 4), np.float32), np.ones((1, 4, 16), np.float32),
+     np.frombuffer(bytes(8 * 16 * 4), np.float32).reshape(1, 8, 16)),  # a read-only result
 ])
 def test_operands_it_does_not_take_are_declined_unwritten(a, b, out):
     before = out.copy()
     assert not gemm.takes(a, b, out)
     assert gemm.gemm_f32(a, b, out) is False
     np.testing.assert_array_equal(out, before)
+
+
+def test_one_compiled_driver_serves_every_layout_and_read_only_operands():
+    # numba would compile the driver (most of a second) again for each combination of layouts
+    a = RNG.standard_normal((2, 40, 70)).astype(np.float32)
+    for layout in "NTS":
+        b = _right(2, 70, 90, layout)
+        for ro in (False, True):
+            x, y = a.copy(), b.copy() if layout == "N" else b
+            if ro:
+                x.flags.writeable = False
+                if layout == "N":
+                    y.flags.writeable = False
+            wide = np.empty((2, 40, 200), np.float32)
+            for out in (np.empty((2, 40, 90), np.float32), wide[:, :, 7:97]):
+                assert gemm.gemm_f32(x, y, out)
+                _assert_product(out, x, y)
+    assert len(gemm._driver().overloads) == 1
 
 
 def test_threads_at_once_keep_their_own_buffers():
