@@ -53,6 +53,30 @@ def _fma_declaration(module: ir.Module) -> ir.Function:
     return existing if existing is not None else ir.Function(module, ir.FunctionType(_V, [_V] * 3), name)
 
 
+def _loop(builder, count, name: str):
+    """Opens `for i in range(count)` in LLVM IR at the builder's block: (i, the entry block,
+    the block after the loop); the builder is left in the loop's body. `_close` ends it."""
+    entry = builder.block
+    loop = builder.append_basic_block(f"{name}.loop")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.cbranch(builder.icmp_signed(">", count, ir.Constant(_I64, 0)), loop, done)
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    i.add_incoming(ir.Constant(_I64, 0), entry)
+    return i, entry, done
+
+
+def _close(builder, i, count, done):
+    """Ends the loop `_loop` opened: i + 1, back while below `count`; the builder is left after
+    it. Returns the body's last block (where values the loop carries come from)."""
+    following = builder.add(i, ir.Constant(_I64, 1))
+    tail = builder.block
+    builder.cbranch(builder.icmp_signed("<", following, count), i.parent, done)
+    i.add_incoming(following, tail)
+    builder.position_at_end(done)
+    return tail
+
+
 def _tile(mr: int, nv: int):
     """tile(a, ao, lda, p, po, ldp, c, co, ldc, k, add): c[co + r*ldc + j] = (that value, where
     `add` is not 0, else 0) + the sum over d < k of a[ao + r*lda + d] * p[po + d*ldp + j], for
@@ -87,13 +111,7 @@ def _tile(mr: int, nv: int):
             start = [[builder.select(adding, builder.load(targets[r][v], align=4), zero) for v in range(nv)]
                      for r in range(mr)]
 
-            entry = builder.block
-            loop = builder.append_basic_block("tile.loop")
-            done = builder.append_basic_block("tile.done")
-            builder.cbranch(builder.icmp_signed(">", k_, ir.Constant(_I64, 0)), loop, done)
-
-            builder.position_at_end(loop)
-            d = builder.phi(_I64)
+            d, entry, done = _loop(builder, k_, "tile")
             acc = [[builder.phi(_V) for _ in range(nv)] for _ in range(mr)]
             step = builder.gep(base_p, [builder.mul(d, ldp_)])
             b = [builder.load(builder.bitcast(builder.gep(step, [ir.Constant(_I64, v * LANES)]), vptr), align=4)
@@ -103,17 +121,12 @@ def _tile(mr: int, nv: int):
                 x = builder.load(builder.gep(rows_a[r], [d]), align=4)
                 xs = builder.shuffle_vector(builder.insert_element(undef, x, first), undef, splat)
                 new.append([builder.call(fma, [xs, b[v], acc[r][v]]) for v in range(nv)])
-            following = builder.add(d, ir.Constant(_I64, 1))
-            tail = builder.block
-            builder.cbranch(builder.icmp_signed("<", following, k_), loop, done)
-            d.add_incoming(ir.Constant(_I64, 0), entry)
-            d.add_incoming(following, tail)
+            tail = _close(builder, d, k_, done)
             for r in range(mr):
                 for v in range(nv):
                     acc[r][v].add_incoming(start[r][v], entry)
                     acc[r][v].add_incoming(new[r][v], tail)
 
-            builder.position_at_end(done)
             sums = [[builder.phi(_V) for _ in range(nv)] for _ in range(mr)]
             for r in range(mr):
                 for v in range(nv):
@@ -179,20 +192,11 @@ def copy16(typingctx, src, so, dst, do, count):
         base_s = builder.gep(context.make_array(signature.args[0])(context, builder, src_).data, [so_])
         base_d = builder.gep(context.make_array(signature.args[2])(context, builder, dst_).data, [do_])
         vptr = _V.as_pointer()
-        entry = builder.block
-        loop = builder.append_basic_block("copy.loop")
-        done = builder.append_basic_block("copy.done")
-        builder.cbranch(builder.icmp_signed(">", count_, ir.Constant(_I64, 0)), loop, done)
-        builder.position_at_end(loop)
-        i = builder.phi(_I64)
+        i, _, done = _loop(builder, count_, "copy")
         at = builder.mul(i, ir.Constant(_I64, LANES))
         value = builder.load(builder.bitcast(builder.gep(base_s, [at]), vptr), align=4)
         builder.store(value, builder.bitcast(builder.gep(base_d, [at]), vptr), align=4)
-        following = builder.add(i, ir.Constant(_I64, 1))
-        builder.cbranch(builder.icmp_signed("<", following, count_), loop, done)
-        i.add_incoming(ir.Constant(_I64, 0), entry)
-        i.add_incoming(following, builder.block)
-        builder.position_at_end(done)
+        _close(builder, i, count_, done)
         return context.get_dummy_value()
 
     return sig, codegen
