@@ -63,8 +63,8 @@ def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 # with N at most KERNEL_GEMM_COLUMNS, and its left side has at least KERNEL_GEMM_ROWS rows.
 # There the numba backend's took 0.82-0.95 of OpenBLAS's time on one thread at 64 columns (256
 # or 1024 rows, K from 64 to 512) and 0.9-1.2 at 128 and 256, as fast within the spread of two
-# runs; attention's eight heads of 256x64 @ (256x64)^T took 0.88-0.97 of it and of 256x256 @
-# 256x64 0.8. Past 256 columns it took up to 1.37, and 8x256 @ 256x256 14 us against 10.
+# runs; attention's eight heads of 256x64 @ (256x64)^T took 0.90-1.01 of it and of 256x256 @
+# 256x64 0.81-0.85. Past 256 columns it took up to 1.37, and 8x256 @ 256x256 14 us against 10.
 KERNEL_GEMM_B_MAX = 1 << 15
 KERNEL_GEMM_COLUMNS = 256
 KERNEL_GEMM_ROWS = 32

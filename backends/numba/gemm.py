@@ -1,6 +1,6 @@
 """float32 matrix products in numba's own code, for the products BLAS runs well below the core's
-peak here: attention's per-head products, 256x64 @ (256x64)^T and 256x256 @ 256x64, took 69-74
-and 63-76 us each in OpenBLAS on one thread (batches of eight heads), against 65-68 and 50-59 us
+peak here: attention's per-head products, 256x64 @ (256x64)^T and 256x256 @ 256x64, took 69-76
+and 65-72 us each in OpenBLAS on one thread (batches of eight heads), against 65-72 and 53-60 us
 here; on operands in cache this kernel reaches 150-180 GFLOP/s, OpenBLAS 183-198 on a 2048^3
 product.
 
