@@ -3,8 +3,8 @@
 `lowering` turns the module into a program (kernels, BLAS dots, views) and writes each
 kernel's source; here the sources are compiled with numba (or loaded from the disk cache) and
 the runtime builds the executable (`xfuse.runtime.program`), where an output fusion runs its
-dot through BLAS, or on one thread through `gemm` where that is faster, and applies the
-epilogue kernel to it. f16 and bf16 values are computed in
+dot through BLAS, or on one thread through `gemm` where that is faster (on CPUs whose kernels
+use 512-bit vectors), and applies the epilogue kernel to it. f16 and bf16 values are computed in
 f32 inside kernels. A loop of kernels only runs as one numba function (`native_loop`).
 """
 
@@ -16,7 +16,7 @@ from xfuse.runtime.program import Kernel, build
 
 from .compile import compile_kernel, exact_entry, settle
 from . import handoff
-from .gemm import gemm_f32
+from .gemm import ENABLED as GEMM, gemm_f32
 from .lowering import lower
 from .native_loop import native_loops
 
@@ -30,4 +30,4 @@ def compile_module(module: Module) -> Executable:
                for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
-    return build(lowered.program, kernels, lowered.constants, sources, gemm=gemm_f32)
+    return build(lowered.program, kernels, lowered.constants, sources, gemm=gemm_f32 if GEMM else None)

@@ -38,10 +38,16 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from .pipeline import VECTOR_WIDTH
+
 LANES = 16
 MR, NV = 6, 4  # the tile: 6 rows by 64 columns, 24 accumulators of the 32 vector registers
 NR = NV * LANES
 KC = 128  # the contracting dimension's block: a panel of KC x NR floats is 32 KiB
+# Whether programs hand products to it (`backend.compile_module`): where kernels use 512-bit
+# vectors (`pipeline.VECTOR_WIDTH`). Elsewhere LLVM splits each 16-float vector in two, and the
+# tile's 24 accumulators become 48 halves, more than the registers: it would spill in its loop.
+ENABLED = VECTOR_WIDTH == 512
 _F32 = np.dtype(np.float32)
 _V = ir.VectorType(ir.FloatType(), LANES)
 _I64 = ir.IntType(64)
@@ -385,4 +391,4 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-__all__ = ["KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]
+__all__ = ["ENABLED", "KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]
