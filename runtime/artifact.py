@@ -214,6 +214,18 @@ class Loaded:
         kernels = native.kernels(self.library, manifest["program"])
         self.executable = program.build(manifest["program"], kernels, constants)
         self._guarded = None if self._fast is None else self.executable.guarded_runner(self._fast, self._single)
+        if self._guarded is not None and self._single and type(self) is Loaded:
+            self._own_call()
+
+    def _own_call(self) -> None:
+        """Gives this instance a class of its own whose `__call__` is the runtime's guarded
+        call made a method, calling `Loaded.__call__` for any other arguments: a call pays for
+        one Python frame, not two (as `xfuse.stages.Compiled` does; x + 1 on 4 floats took
+        0.95-0.96 us against 1.03-1.07 us, most of it the kernel's call through ctypes)."""
+        call = self.executable.guarded_runner(self._fast, True, method=Loaded.__call__)
+        call.__name__, call.__qualname__, call.__doc__ = "__call__", "Loaded.__call__", Loaded.__call__.__doc__
+        self.__class__ = type("Loaded", (Loaded,), {"__call__": call, "__module__": __name__, "__qualname__": "Loaded",
+                                                    "call_class_of": Loaded})
 
     def _blobs(self, manifest: dict, blobs: memoryview, where: str):
         """`blob(key)`: the bytes of one blob, checked to lie inside the file."""

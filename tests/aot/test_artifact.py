@@ -299,8 +299,8 @@ def test_arguments_are_checked_as_compiled_checks_them(saved) -> None:
 
 def test_a_call_of_the_exact_signature_takes_the_guarded_function(saved) -> None:
     """Positional plain ndarrays of the signature go through one generated function (guard,
-    buffer, kernels); anything else (an ndarray subclass, a float64 array) takes the checked
-    path, with the same result."""
+    buffer, kernels), the loaded artifact's own `__call__`; anything else (an ndarray subclass,
+    a float64 array) takes the checked path, with the same result."""
     import sys as _sys
 
     class Sub(np.ndarray):
@@ -317,6 +317,8 @@ def test_a_call_of_the_exact_signature_takes_the_guarded_function(saved) -> None
         finally:
             _sys.setprofile(None)
         assert "<xfuse fast path>" in files, files
+        # one frame: the artifact's class of its own has the guarded call as its __call__
+        assert files[0] == "<xfuse fast path>" and type(loaded).call_class_of is artifact.Loaded, files
         assert_same(got, jit_result)
         assert_same(loaded(*(a.view(Sub) for a in args)), jit_result)
         assert_same(loaded(*(a.astype(np.float64) for a in args)), jit_result, rtol=2e-5, atol=2e-5)
