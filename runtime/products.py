@@ -1,8 +1,10 @@
 """Products: a dot_general as BLAS matrix products (`dot_plan`, `make_dot`, `dot_run`), and
 where they run (`matmul`): numpy's BLAS with its own threads, or xfuse's threads with BLAS on
 one thread in each, a block of the batch, of the rows or of the columns each, through oneDNN
-for large float32 products where it is installed and the CPU has AVX-512. Also the dtypes
-programs name (`dtype`, `compute_dtype`). Imports numpy and the standard library only.
+for large float32 products where it is installed and the CPU has AVX-512, or through a
+backend's own product handed in (`gemm`, the numba backend's `gemm_f32`) for those it takes
+(`kernel_gemm_takes`). Also the dtypes programs name (`dtype`, `compute_dtype`). Imports numpy
+and the standard library only.
 """
 
 from __future__ import annotations
