@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from . import native, program
-from .executable import MISS
+from .executable import MISS, method_class
 
 try:  # the built-in SHA-256: importing hashlib loads OpenSSL, a quarter of a loader's start-up
     from _sha256 import sha256
@@ -222,10 +222,7 @@ class Loaded:
         call made a method, calling `Loaded.__call__` for any other arguments: a call pays for
         one Python frame, not two (as `xfuse.stages.Compiled` does; x + 1 on 4 floats took
         0.95-0.96 us against 1.03-1.07 us, most of it the kernel's call through ctypes)."""
-        call = self.executable.guarded_runner(self._fast, True, method=Loaded.__call__)
-        call.__name__, call.__qualname__, call.__doc__ = "__call__", "Loaded.__call__", Loaded.__call__.__doc__
-        self.__class__ = type("Loaded", (Loaded,), {"__call__": call, "__module__": __name__, "__qualname__": "Loaded",
-                                                    "call_class_of": Loaded})
+        self.__class__ = method_class(Loaded, self.executable.guarded_runner(self._fast, True, method=Loaded.__call__))
 
     def _blobs(self, manifest: dict, blobs: memoryview, where: str):
         """`blob(key)`: the bytes of one blob, checked to lie inside the file."""

@@ -303,6 +303,17 @@ def guarded_call(expected: Sequence[tuple[tuple, np.dtype]] | None, single: bool
     return env["run"]
 
 
+def method_class(base: type, call: Callable) -> type:
+    """A subclass of `base`, named as it is, whose `__call__` is `call` (a `guarded_call` made a
+    method, calling `base.__call__` for the arguments it does not take): an instance given it as
+    its class pays for one Python frame a call (`Compiled`, `xfuse.jit` and loaded artifacts).
+    torch.fx gives each GraphModule a class of its own so for its generated `forward`."""
+    call.__name__, call.__qualname__ = "__call__", f"{base.__qualname__}.__call__"
+    call.__doc__ = base.__call__.__doc__
+    return type(base.__name__, (base,), {"__call__": call, "__module__": base.__module__,
+                                         "__qualname__": base.__qualname__, "call_class_of": base})
+
+
 class MemoryStats(namedtuple("MemoryStats", "argument_size_in_bytes output_size_in_bytes alias_size_in_bytes "
                              "temp_size_in_bytes generated_code_size_in_bytes temp_size_unplanned_in_bytes")):
     """Bytes, in the fields of jax's `compiled.memory_analysis()`. alias: donated argument

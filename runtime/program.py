@@ -60,7 +60,7 @@ class Kernel:
     `exact`: exact(args) is fn's compiled entry for arguments of exactly the types of `args`
     (C-ordered, aligned, writable arrays and ints, as given), which skips the dispatch on types
     a call of fn does, or None where it has none; the caller must check each later call's
-    arguments for those types itself (`executable.guarded_call` checks the strides and the
+    arguments for those types itself (`executable.guarded_call` checks C order and
     alignment)."""
 
     __slots__ = ("fn", "settle", "pointers", "split", "exact")
@@ -103,6 +103,11 @@ def _preparer(dims, name: str, pointers: bool = False) -> Callable:
 _AS_IS = (_same, lambda o, tmp: None)
 
 
+def _unconverted(prepare: list, finish: list) -> bool:
+    """Whether a kernel step reads its inputs and writes its outputs as they are."""
+    return all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
+
+
 def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callable]:
     """(the buffer the kernel writes, then copy it into the real output)."""
     if name in HALF:
@@ -128,7 +133,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
     rows, split = step["rows"], step["parallel"]
     first = [settle is not None]
-    as_is = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)  # nothing converted
+    as_is = _unconverted(prepare, finish)
     if not split and not watching and as_is:
 
         def serial(inputs, outputs):  # the common small case: no conversion, one thread
@@ -192,7 +197,7 @@ def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool, gemm: Cal
     block_product = block_products(d, lhs_axis, rb[0] if lb else None, own, gemm) if block < rows else None
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
-    plain = all(f is _same for f in prepare) and all(f is _AS_IS for f in finish)
+    plain = _unconverted(prepare, finish)
     lean = bool(in_out and plain and not split and not watching and dims)
     kernel_rows = step["rows"]
     over = _splitting(kernel, fn)

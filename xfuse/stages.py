@@ -16,7 +16,7 @@ from jax._src.array import ArrayImpl as _JaxArray
 
 from xfuse.fusion import FusionReport, cost_analysis
 from xfuse.hlo import Module
-from xfuse.runtime.executable import MISS
+from xfuse.runtime.executable import MISS, method_class
 
 from . import signature as sig
 
@@ -280,17 +280,12 @@ class Compiled:
         """A subclass of `base` whose `__call__` is this executable's guarded call made a method
         (`runtime.executable.guarded_call`), calling `base.__call__` for any other arguments
         (`also`: a condition the call must meet too, the names it reads); None where the
-        signature has no such call (not plain arrays, more than one output, another runtime).
-        torch.fx gives each GraphModule a class of its own so for its generated `forward`."""
+        signature has no such call (not plain arrays, more than one output, another runtime)."""
         make = getattr(self.executable, "guarded_runner", None)
         expected = self._fast_signature() if expected is None else expected
         if make is None or expected is None or not jax.tree_util.treedef_is_leaf(self.lowered.out_tree):
             return None
-        call = make(expected, single=True, method=base.__call__, also=also)
-        call.__name__, call.__qualname__ = "__call__", f"{base.__qualname__}.__call__"
-        call.__doc__ = base.__call__.__doc__
-        return type(base.__name__, (base,), {"__call__": call, "__module__": base.__module__,
-                                             "__qualname__": base.__qualname__, "call_class_of": base})
+        return method_class(base, make(expected, single=True, method=base.__call__, also=also))
 
     def _checked_arrays(self, args: tuple, kwargs: dict) -> list:
         """The arguments as canonical arrays; TypeError naming the first that does not fit."""

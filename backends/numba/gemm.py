@@ -59,6 +59,11 @@ def _fma_declaration(module: ir.Module) -> ir.Function:
     return existing if existing is not None else ir.Function(module, ir.FunctionType(_V, [_V] * 3), name)
 
 
+def _address(context, builder, ty, array, offset):
+    """The address of element `offset` (in floats) of `array`, a numba array of type `ty`."""
+    return builder.gep(context.make_array(ty)(context, builder, array).data, [offset])
+
+
 def _loop(builder, count, name: str):
     """Opens `for i in range(count)` in LLVM IR at the builder's block: (i, the entry block,
     the block after the loop); the builder is left in the loop's body. `_close` ends it."""
@@ -100,9 +105,9 @@ def _tile(mr: int, nv: int):
         def codegen(context, builder, signature, args):
             a_, ao_, lda_, p_, po_, ldp_, c_, co_, ldc_, k_, add_ = args
             at, pt, ct = signature.args[0], signature.args[3], signature.args[6]
-            base_a = builder.gep(context.make_array(at)(context, builder, a_).data, [ao_])
-            base_p = builder.gep(context.make_array(pt)(context, builder, p_).data, [po_])
-            base_c = builder.gep(context.make_array(ct)(context, builder, c_).data, [co_])
+            base_a = _address(context, builder, at, a_, ao_)
+            base_p = _address(context, builder, pt, p_, po_)
+            base_c = _address(context, builder, ct, c_, co_)
             fma = _fma_declaration(builder.module)
             vptr = _V.as_pointer()
             zero = ir.Constant(_V, None)
@@ -161,8 +166,8 @@ def transpose16(typingctx, src, so, lds, dst, do, ldd):
 
     def codegen(context, builder, signature, args):
         src_, so_, lds_, dst_, do_, ldd_ = args
-        base_s = builder.gep(context.make_array(signature.args[0])(context, builder, src_).data, [so_])
-        base_d = builder.gep(context.make_array(signature.args[3])(context, builder, dst_).data, [do_])
+        base_s = _address(context, builder, signature.args[0], src_, so_)
+        base_d = _address(context, builder, signature.args[3], dst_, do_)
         vptr = _V.as_pointer()
         rows = [builder.load(builder.bitcast(builder.gep(base_s, [builder.mul(ir.Constant(_I64, i), lds_)]), vptr),
                              align=4) for i in range(LANES)]
@@ -195,8 +200,8 @@ def copy16(typingctx, src, so, dst, do, count):
 
     def codegen(context, builder, signature, args):
         src_, so_, dst_, do_, count_ = args
-        base_s = builder.gep(context.make_array(signature.args[0])(context, builder, src_).data, [so_])
-        base_d = builder.gep(context.make_array(signature.args[2])(context, builder, dst_).data, [do_])
+        base_s = _address(context, builder, signature.args[0], src_, so_)
+        base_d = _address(context, builder, signature.args[2], dst_, do_)
         vptr = _V.as_pointer()
         i, _, done = _loop(builder, count_, "copy")
         at = builder.mul(i, ir.Constant(_I64, LANES))
@@ -341,7 +346,6 @@ _OWN = types.Array(types.float32, 3, "C")
 # a and b read-only (a writable array converts to one), out writable, any layout; the buffers
 _SIGNATURE = (_READ, _READ, types.Array(types.float32, 3, "A"), _OWN, _OWN, _OWN)
 _compiled: list = []
-_settled: list = []
 _lock = threading.Lock()
 
 
@@ -349,7 +353,7 @@ def _driver():
     if not _compiled:
         with _lock:
             if not _compiled:
-                from .compile import compile_kernel
+                from .compile import compile_kernel, settle
                 from .kernels import KernelSource
 
                 source = KernelSource(name="gemm_driver", source=driver_text(), globals={}, params=[],
@@ -359,6 +363,7 @@ def _driver():
                 # combination of C-ordered and strided operands it meets (attention's k^T and v).
                 fn.compile(_SIGNATURE)
                 fn.disable_compile()
+                settle(fn)  # compiled (or loaded) above, not on a first call: the cache's count now
                 _compiled.append(fn)
     return _compiled[0]
 
@@ -381,13 +386,7 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     if not takes(a, b, out):
         return False
     panel = _buffers.panels((b.shape[2] + NR - 1) // NR)
-    driver = _driver()
-    driver(a, b, out, panel, _buffers.apad, _buffers.cpad)
-    if not _settled:
-        from .compile import settle
-
-        settle(driver)
-        _settled.append(True)
+    _driver()(a, b, out, panel, _buffers.apad, _buffers.cpad)
     return True
 
 
