@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 _F32 = np.dtype(np.float32)
-_loaded: list = []  # [sgemm or None], once looked for
+_loaded: list = []  # [(sgemm, addresses) or None], once looked for
 _lock = threading.Lock()
 
 
@@ -53,7 +53,12 @@ def _library_path() -> str | None:
     return next((path for path in paths if os.path.exists(path)), None)
 
 
-def _load() -> Callable | None:
+def installed() -> bool:
+    """Whether the library is there to load (`XFUSE_ONEDNN` not 0), without loading it."""
+    return _library_path() is not None
+
+
+def _load() -> tuple[Callable, tuple[int, int, int]] | None:
     path = _library_path()
     if path is None:
         return None
@@ -82,9 +87,9 @@ def _load() -> Callable | None:
         if m == 0 or n == 0 or k == 0:  # nothing to read: no layout to check
             out.fill(0.0)
             return True
-        ta, lda = _layout(a)
-        tb, ldb = _layout(b)
-        tc, ldc = _layout(out)
+        ta, lda = layout(a)
+        tb, ldb = layout(b)
+        tc, ldc = layout(out)
         if ta is None or tb is None or tc != b"N" or np.may_share_memory(out, a) \
                 or np.may_share_memory(out, b):  # numpy copies an operand the output overlaps
             return False
@@ -101,10 +106,11 @@ def _load() -> Callable | None:
             raise RuntimeError(f"dnnl_sgemm failed with status {status} on ({m}, {k}) @ ({k}, {n})")
         return True
 
-    return sgemm
+    address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
+    return sgemm, (address(call), address(get_threads), address(set_threads))
 
 
-def _layout(x: np.ndarray) -> tuple[bytes | None, int]:
+def layout(x: np.ndarray) -> tuple[bytes | None, int]:
     """(b'N' or b'T', leading dimension) of a 2-D float32 operand as dnnl_sgemm (row-major)
     reads it, or (None, 0)."""
     if x.ndim != 2 or not x.flags.aligned:
@@ -118,13 +124,26 @@ def _layout(x: np.ndarray) -> tuple[bytes | None, int]:
     return None, 0
 
 
-def sgemm() -> Callable | None:
-    """The product function, or None where oneDNN is not there (looked for once)."""
+def _library() -> tuple[Callable, tuple[int, int, int]] | None:
     if not _loaded:
         with _lock:  # threads calling first at once load it once
             if not _loaded:
                 _loaded.append(_load())
     return _loaded[0]
+
+
+def sgemm() -> Callable | None:
+    """The product function, or None where oneDNN is not there (looked for once)."""
+    found = _library()
+    return found[0] if found is not None else None
+
+
+def addresses() -> tuple[int, int, int] | None:
+    """The addresses of `dnnl_sgemm`, `omp_get_max_threads` and `omp_set_num_threads`, for a
+    backend's compiled code to call them itself (`sgemm`'s contract: one thread a call, see the
+    module docstring), or None where oneDNN is not there."""
+    found = _library()
+    return found[1] if found is not None else None
 
 
 @functools.cache
@@ -165,4 +184,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["loaded", "preferred", "sgemm"]
+__all__ = ["addresses", "installed", "layout", "loaded", "preferred", "sgemm"]

@@ -2,14 +2,16 @@
 where they run (`matmul`): numpy's BLAS with its own threads, or xfuse's threads with BLAS on
 one thread in each, a block of the batch, of the rows or of the columns each, through oneDNN
 for large float32 products where it is installed and the CPU has AVX-512, or through a
-backend's own product handed in (`gemm`, the numba backend's `gemm_f32`) for those it takes
-(`kernel_gemm_takes`). Also the dtypes programs name (`dtype`, `compute_dtype`). Imports numpy
+backend's own products handed in (`BackendProducts`: the numba backend's `gemm_f32` on one
+thread for those `kernel_gemm_takes`, and its `split_f32` over its own threads for products of
+middling size, `_splits`). Also the dtypes programs name (`dtype`, `compute_dtype`). Imports numpy
 and the standard library only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,7 +62,7 @@ def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
 
 
-# A product goes to a backend's own gemm (`matmul`'s `gemm`) where its right side, B's K x N
+# A product goes to a backend's own product for one thread (`BackendProducts.thread`) where its right side, B's K x N
 # floats, is at most KERNEL_GEMM_B_MAX (128 KiB, in a core's L2 while every row tile reads it)
 # with N at most KERNEL_GEMM_COLUMNS, and its left side has at least KERNEL_GEMM_ROWS rows.
 # There the numba backend's took 0.82-0.95 of OpenBLAS's time on one thread at 64 columns (256
@@ -72,21 +74,35 @@ KERNEL_GEMM_COLUMNS = 256
 KERNEL_GEMM_ROWS = 32
 
 
+def _gemm_shape(m: int, k: int, n: int) -> bool:
+    return m >= KERNEL_GEMM_ROWS and 16 <= n <= KERNEL_GEMM_COLUMNS and k * n <= KERNEL_GEMM_B_MAX
+
+
 def kernel_gemm_takes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether a product of these operands goes to a backend's gemm (see KERNEL_GEMM_B_MAX)."""
-    return a.dtype == _F32 and b.dtype == _F32 and a.shape[-2] >= KERNEL_GEMM_ROWS \
-        and 16 <= b.shape[-1] <= KERNEL_GEMM_COLUMNS and b.shape[-2] * b.shape[-1] <= KERNEL_GEMM_B_MAX
+    """Whether a product of these operands goes to a backend's product for one thread (see
+    KERNEL_GEMM_B_MAX)."""
+    return a.dtype == _F32 and b.dtype == _F32 and _gemm_shape(a.shape[-2], b.shape[-2], b.shape[-1])
+
+
+class BackendProducts(NamedTuple):
+    """A backend's own float32 products, each None where it has none. `thread(a3, b3, out3) ->
+    bool`: a batch of products (G, M, K) @ (G, K, N) on the calling thread (`_gemm`, for those
+    `kernel_gemm_takes`); `split(a, b, out) -> bool`: a product of matrices (M, K) @ (K, N)
+    split over the backend's own threads (`matmul`, for those `_splits`). Each returns False,
+    having written nothing, for operands it does not take."""
+
+    thread: Callable | None = None
+    split: Callable | None = None
 
 
 def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None = None,
-          gemm: Callable | None = None) -> None:
-    """One product on the calling thread: through `gemm` (a backend's: gemm(a3, b3, out3) ->
-    bool over batches (G, M, K) @ (G, K, N), False where it does not take them) where given
-    and `kernel_gemm_takes`, else `sgemm` (oneDNN's) where given and it takes the operands,
-    else numpy's."""
-    if gemm is not None and kernel_gemm_takes(a, b):
+          thread: Callable | None = None) -> None:
+    """One product on the calling thread: through `thread` (a backend's, see
+    `BackendProducts`) where given and `kernel_gemm_takes`, else `sgemm` (oneDNN's) where given
+    and it takes the operands, else numpy's."""
+    if thread is not None and kernel_gemm_takes(a, b):
         a3, b3, o3 = (a, b, out) if a.ndim == 3 else (a[None], b[None], out[None])  # views, never copies
-        if gemm(a3, b3, o3):
+        if thread(a3, b3, o3):
             return
     if sgemm is None or not _each(sgemm, a, b, out):
         _numpy_product(a, b, out)
@@ -101,7 +117,7 @@ def _each(sgemm: Callable, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> boo
 
 
 def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own: bool = False,
-           gemm: Callable | None = None) -> None:
+           backend: BackendProducts | None = None) -> None:
     """out = a3 @ b3 over (B, M, K) @ (B, K, N), or (M, K) @ (K, N). `own`: in xfuse's
     threads, BLAS single-threaded (`blas`), a block of the batch, of the rows or of the columns
     each. BLAS packs the whole right side for each block of rows, and the whole left side for
@@ -117,10 +133,16 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     11.4-11.9 ms in XLA's; on an AVX2 EPYC, gelu's 256x1024 @ 1024x4096 took 17.3-17.7 ms
     with OpenBLAS in each thread, 17.3-21.0 ms in OpenBLAS's two threads and 21-36 ms with
     oneDNN in each thread (separate processes). Where a product runs on one thread of xfuse's,
-    `gemm` (a backend's, see `_gemm`) runs it where it is given and takes the operands."""
+    the backend's own product for one thread (`backend.thread`, see `_gemm`) runs it where it
+    takes the operands. A product of matrices of middling size (`_splits`) goes to the backend's
+    split product where it has one (`backend.split`), whatever `own` says."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
+    if _splits(a3.shape, b3.shape, work, backend):
+        if backend.split(a3.reshape(a3.shape[-2:]), b3.reshape(b3.shape[-2:]), o.reshape(o.shape[-2:])):
+            return
+    thread = backend.thread if backend is not None else None
     m, n = a3.shape[-2], b3.shape[-1]
     macs = a3.size * n  # B * M * K * N
     big = blas.ENABLED and _large_float32(a3.shape, b3.shape, work)
@@ -131,17 +153,39 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
         return
     with blas.single_threaded():
         if macs < SPLIT_PRODUCT_MIN:
-            _gemm(a3, b3, o, None, gemm)
+            _gemm(a3, b3, o, None, thread)
         elif a3.ndim == 3 and a3.shape[0] >= num_threads():
-            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e], sgemm, gemm), a3.shape[0])
+            run_rows(lambda s, e: _gemm(a3[s:e], b3[s:e], o[s:e], sgemm, thread), a3.shape[0])
         elif m > 1 and n > m:
-            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e], sgemm, gemm), n)
+            run_rows(lambda s, e: _gemm(a3, b3[..., s:e], o[..., s:e], sgemm, thread), n)
         elif a3.ndim == 3 and m > 1:
-            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e], sgemm, gemm), m)
+            run_rows(lambda s, e: _gemm(a3[:, s:e], b3, o[:, s:e], sgemm, thread), m)
         elif m > 1:
-            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e], sgemm, gemm), m)
+            run_rows(lambda s, e: _gemm(a3[s:e], b3, o[s:e], sgemm, thread), m)
         else:  # a vector times a matrix: one thread
-            _gemm(a3, b3, o, None, gemm)
+            _gemm(a3, b3, o, None, thread)
+
+
+def _splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
+    """Whether a product of these (B, M, K) and (B, K, N) shapes, or (M, K) and (K, N), goes to
+    the backend's split product (`BackendProducts.split`): float32 matrices (a batch of one),
+    at least SPLIT_PRODUCT_MIN multiply-adds and fewer than ONEDNN_MIN (larger ones split over
+    xfuse's threads anyway, where a hand-off's cost is small beside them), not one the
+    backend's product for one thread takes (`kernel_gemm_takes`), and XFUSE_SPLIT_PRODUCTS not
+    0."""
+    if backend is None or backend.split is None or work != _F32 or not blas.ENABLED:
+        return False
+    if len(lshape) == 3 and lshape[0] != 1:
+        return False
+    m, k, n = lshape[-2], lshape[-1], rshape[-1]
+    return m > 1 and n > 1 and SPLIT_PRODUCT_MIN <= m * k * n < ONEDNN_MIN \
+        and not (backend.thread is not None and _gemm_shape(m, k, n))
+
+
+def apart(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
+    """Whether a product of these shapes runs apart from BLAS's own threads whatever `own` says
+    (`matmul`): split over xfuse's threads (`_large_float32`) or the backend's (`_splits`)."""
+    return blas.ENABLED and _large_float32(lshape, rshape, work) or _splits(lshape, rshape, work, backend)
 
 
 def _large_float32(lshape, rshape, work: np.dtype) -> bool:
@@ -151,25 +195,27 @@ def _large_float32(lshape, rshape, work: np.dtype) -> bool:
     return work == _F32 and lshape[-2] > 1 and int(np.prod(lshape)) * rshape[-1] >= ONEDNN_MIN
 
 
-def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False, gemm: Callable | None = None) -> Callable:
+def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False,
+             backend: BackendProducts | None = None) -> Callable:
     """dot(lhs, rhs, out) for arrays of these dims (out: the result's dims, contiguous). A
     transpose that moves nothing is skipped, and with no batch the product is a 2-D one: a
     small product in a loop body pays little besides BLAS. `own`: see `matmul`, whose choice is
-    made here for a product it would hand to numpy as it is (`_numpy_dot`). `gemm`: a backend's
-    own product for one thread (`_gemm`)."""
+    made here for a product it would hand to numpy as it is (`_numpy_dot`). `backend`: the
+    backend's own products (`BackendProducts`)."""
     (lperm, lshape), (rperm, rshape), _ = dot_plan(lhs, rhs, contracting, batch)
     work = compute_dtype(out_dtype)
     if lshape[0] == 1:
         lshape, rshape = lshape[1:], rshape[1:]
     lt = None if lperm == sorted(lperm) else tuple(lperm)
     rt = None if rperm == sorted(rperm) else tuple(rperm)
-    if not own and not _large_float32(lshape, rshape, work) and lt is None and rt is None:
+    if not own and not _large_float32(lshape, rshape, work) and not _splits(lshape, rshape, work, backend) \
+            and lt is None and rt is None:
         return _numpy_dot(lshape, rshape, work)
 
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
         b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
-        matmul(a, b, out, work, own, gemm)
+        matmul(a, b, out, work, own, backend)
 
     return dot
 
@@ -190,8 +236,8 @@ def _numpy_dot(lshape: tuple, rshape: tuple, work: np.dtype) -> Callable:
     return dot
 
 
-def dot_run(step: dict, own: bool = False, gemm: Callable | None = None) -> Callable:
-    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"], own, gemm)
+def dot_run(step: dict, own: bool = False, backend: BackendProducts | None = None) -> Callable:
+    fn = make_dot(step["lhs"], step["rhs"], step["contracting"], step["batch"], step["dtype"], own, backend)
     work, target = compute_dtype(step["dtype"]), dtype(step["dtype"])
     dims = tuple(step["dims"])
 
@@ -207,7 +253,7 @@ def dot_run(step: dict, own: bool = False, gemm: Callable | None = None) -> Call
 
 
 def block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool,
-                   gemm: Callable | None = None) -> Callable[[int], Callable]:
+                   backend: BackendProducts | None = None) -> Callable[[int], Callable]:
     """product(count): `make_dot` for a block of `count` rows of the dot `d`, its left operand
     cut along `lhs_axis` and its right one along `rhs_axis` (None: whole), made once per count:
     planning the transposes again for every block cost more than a small block's product
@@ -221,7 +267,7 @@ def block_products(d: dict, lhs_axis: int, rhs_axis: int | None, own: bool,
             lhs[lhs_axis] = count
             if rhs_axis is not None:
                 rhs[rhs_axis] = count
-            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], own, gemm)
+            fn = made[count] = make_dot(lhs, rhs, d["contracting"], d["batch"], d["dtype"], own, backend)
         return fn
 
     return product
@@ -246,5 +292,5 @@ def narrow(out: np.ndarray, wide: np.ndarray) -> None:
         out[...] = wide.reshape(out.shape).astype(out.dtype)
 
 
-__all__ = ["HALF", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN", "SPLIT_PRODUCT_MIN", "block_products", "compute_dtype", "cut_rows", "dot_plan",
+__all__ = ["BackendProducts", "HALF", "apart", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN", "SPLIT_PRODUCT_MIN", "block_products", "compute_dtype", "cut_rows", "dot_plan",
            "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow"]

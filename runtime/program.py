@@ -37,7 +37,8 @@ from .executable import BufferSpec, Executable, Step
 from .library import library_run
 from .parallel import num_threads, run_each, run_rows
 from .pool import POOL
-from .products import HALF, block_products, compute_dtype, cut_rows, dot_run, dtype, macs, make_dot, narrow
+from .products import (HALF, BackendProducts, apart, block_products, compute_dtype, cut_rows, dot_plan, dot_run, dtype,
+                       macs, make_dot, narrow)
 
 # An output fusion's dot result is produced in blocks of about this many bytes. Measured here,
 # one BLAS call over all rows then the epilogue beat 1 MiB blocks (OpenBLAS's threads spin
@@ -119,7 +120,7 @@ def _finisher(dims, name: str, pointers: bool = False) -> tuple[Callable, Callab
 
 
 def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True,
-               gemm: Callable | None = None) -> Callable:
+               backend: BackendProducts | None = None) -> Callable:
     """run(inputs, outputs) for a kernel step (`own`: an output fusion's product runs in
     xfuse's threads, see `products.matmul`; `watch`: a "watching" step may split, see
     `Kernel`: not where BLAS's own threads run the program's products, as they spin for a
@@ -127,7 +128,7 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     512x1024, its epilogue split, took 0.53-0.61 ms against 0.34-0.37 ms)."""
     watching = watch and bool(step.get("watching")) and kernel.split is not None
     if step.get("dot") is not None:
-        return _output_run(step, kernel, own, watching, gemm)
+        return _output_run(step, kernel, own, watching, backend)
     fn, settle = kernel.fn, kernel.settle
     prepare = [_preparer(dims, name, kernel.pointers) for dims, name in step["params"]]
     finish = [_finisher(dims, name, kernel.pointers) for dims, name in step["specs"]]
@@ -174,7 +175,21 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
     return run
 
 
-def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool, gemm: Callable | None = None) -> Callable:
+def _blocks(d: dict) -> tuple[int, int, int | None, int]:
+    """(rows, rows a block, the left side's axis cut into blocks, bytes a row) of an output
+    fusion's dot `d`:
+    a block of rows holds at most BLOCK_BYTES of the product where the fusion is row-blocked;
+    with no row axis on the left (a scalar times a vector), one block."""
+    dims = tuple(d["dims"])
+    lhs, (lc, _), (lb, _) = d["lhs"], d["contracting"], d["batch"]
+    rows = dims[0] if dims else 1
+    row_bytes = max(1, int(np.prod(dims[1:])) * compute_dtype(d["dtype"]).itemsize) if dims else 1
+    block = rows if not d["row_blocked"] else max(1, min(rows, BLOCK_BYTES // row_bytes))
+    lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in lc), None)
+    return rows, (rows if lhs_axis is None else block), lhs_axis, row_bytes
+
+
+def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool, backend: BackendProducts | None = None) -> Callable:
     """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue
     (`watching`: split where threads watch, see `kernel_run`)."""
     fn, settle = kernel.fn, kernel.settle
@@ -185,16 +200,11 @@ def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool, gemm: Cal
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
     finish = [_finisher(dims_, name, kernel.pointers) for dims_, name in step["specs"]]
     work = compute_dtype(d["dtype"])
-    row_bytes = max(1, int(np.prod(dims[1:])) * work.itemsize) if dims else 1
-    rows = dims[0] if dims else 1
-    block = rows if not d["row_blocked"] else max(1, min(rows, BLOCK_BYTES // row_bytes))
+    rows, block, lhs_axis, row_bytes = _blocks(d)
     split = step["parallel"]
     lb, rb = batch
-    lhs_axis = lb[0] if lb else next((i for i in range(len(lhs)) if i not in contracting[0]), None)
-    if lhs_axis is None:  # no row axis on the left (a scalar times a vector): one block
-        block = rows
-    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own, gemm)
-    block_product = block_products(d, lhs_axis, rb[0] if lb else None, own, gemm) if block < rows else None
+    full_dot = make_dot(lhs, rhs, contracting, batch, d["dtype"], own, backend)
+    block_product = block_products(d, lhs_axis, rb[0] if lb else None, own, backend) if block < rows else None
     first = [settle is not None]
     in_out = d["in_out"] and block >= rows and finish[0] is _AS_IS
     plain = _unconverted(prepare, finish)
@@ -289,7 +299,7 @@ def _in_shares(share: Callable[[int, int], None], rows: int) -> None:
         run_each([lambda i=i: share(bounds[i], bounds[i + 1]) for i in range(threads)])
 
 
-def _chain_run(step: dict, kernel: Kernel, then: dict, gemm: Callable | None = None) -> Callable:
+def _chain_run(step: dict, kernel: Kernel, then: dict, backend: BackendProducts | None = None) -> Callable:
     """run(inputs, outputs) for an output fusion `step` and the dot `then` reading its result
     (see `chained`); inputs: the fusion's, then the dot's right side. Each thread takes a share
     of the leading rows and, a block of them at a time, runs the fusion's product (BLAS on
@@ -305,8 +315,8 @@ def _chain_run(step: dict, kernel: Kernel, then: dict, gemm: Callable | None = N
     made_type = compute_dtype(step["specs"][0][1])  # the fusion's result: its own dtype, not the dot's
     rows, row_size = dims[0], int(np.prod(dims[1:]))
     block = max(1, CHAIN_BLOCK_BYTES // max(1, row_size * made_type.itemsize))
-    first_product = block_products(d, lb[0], rb[0], True, gemm)
-    second_product = block_products(then, 0, then_rb[0], True, gemm)
+    first_product = block_products(d, lb[0], rb[0], True, backend)
+    second_product = block_products(then, 0, then_rb[0], True, backend)
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name, kernel.pointers) for dims_, name in step["params"]]
     cuts = list(d["row_slices"])
@@ -378,7 +388,7 @@ def fed(program: dict, at: int, own: bool, kernels: Mapping[str, Kernel]) -> int
 FEED_BLOCK_BYTES = 1 << 20
 
 
-def _feed_run(step: dict, kernel: Kernel, then: dict, gemm: Callable | None = None) -> Callable:
+def _feed_run(step: dict, kernel: Kernel, then: dict, backend: BackendProducts | None = None) -> Callable:
     """run(inputs, outputs) for a loop kernel `step` and the dot `then` reading its result (see
     `fed`); inputs: the kernel's, then the dot's right side. Each thread takes a share of the
     rows and, a block of them at a time, runs the kernel over the block and the product of
@@ -389,7 +399,7 @@ def _feed_run(step: dict, kernel: Kernel, then: dict, gemm: Callable | None = No
     dims, name = step["specs"][0]
     made_type, rows, unit = dtype(name), dims[0], step["leading"]
     block = max(1, FEED_BLOCK_BYTES // max(1, int(np.prod(dims[1:])) * made_type.itemsize))
-    product = block_products(then, 0, None, True, gemm)
+    product = block_products(then, 0, None, True, backend)
     n = len(step["inputs"])
     prepare = [_preparer(dims_, name_, kernel.pointers) for dims_, name_ in step["params"]]
     first = [settle is not None]
@@ -470,20 +480,33 @@ def _alias(step: dict) -> tuple[Callable, int | None]:
     raise ValueError(f"step {step.get('name')!r}: unknown alias kind {kind!r}")
 
 
+def _on_blas_threads(step: dict, backend: BackendProducts | None) -> bool:
+    """Whether `step`, in a program whose products do not run in xfuse's threads (not `own`),
+    runs a product on BLAS's own threads: a dot, or an output fusion's, that neither is large
+    enough to split over xfuse's threads nor goes to the backend's split product whole
+    (`products.apart`; an output fusion cut into blocks of rows is taken as BLAS's)."""
+    d = step if step["op"] == "dot" else step.get("dot") if step["op"] == "kernel" else None
+    if d is None:
+        return False
+    if step is not d and _blocks(d)[1] < _blocks(d)[0]:  # blocks of rows
+        return True
+    (_, lshape), (_, rshape), _ = dot_plan(d["lhs"], d["rhs"], d["contracting"], d["batch"])
+    return not apart(lshape, rshape, compute_dtype(d["dtype"]), backend)
+
+
 def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, np.ndarray],
           sources: Mapping[str, str] | None = None, own: bool | None = None,
-          gemm: Callable | None = None) -> Executable:
+          backend: BackendProducts | None = None) -> Executable:
     """The executable of `program`, given its kernels by name and its constants by key (a
     program's `constants` maps each constant's value slot to its key). `own`: whether its
     products run in xfuse's threads (`blas`); by default, where any kernel of the program,
-    nested ones included, is split over threads and BLAS's thread count can be set. `gemm`: the
-    backend's own float32 product for one thread, where it has one (`products._gemm`)."""
+    nested ones included, is split over threads and BLAS's thread count can be set. `backend`:
+    the backend's own float32 products, where it has them (`products.BackendProducts`)."""
     if own is None:
         own = blas.available() and (any(s["op"] == "kernel" and s.get("parallel") for s in walk(program))
                                     or _loops_side_by_side(program["steps"]))
     # "watching" kernels split only where no product runs on BLAS's own threads (`kernel_run`)
-    watch = own or not any(s["op"] == "dot" or s["op"] == "kernel" and s.get("dot") is not None
-                           for s in walk(program))
+    watch = own or not any(_on_blas_threads(s, backend) for s in walk(program))
     steps = []
     inner_sources: dict[str, str] = {}  # the kernels of loop bodies and branches, by step
     chain_at = {at for at in range(len(program["steps"])) if chained(program, at, own, kernels)}
@@ -499,7 +522,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             continue  # run by the chain before it, or with the dot it feeds
         if at in feeds:
             k = program["steps"][feeds[at]]
-            run = _feed_run(k, kernels[k["kernel"]], s, gemm)
+            run = _feed_run(k, kernels[k["kernel"]], s, backend)
             steps.append(Step(f"{k['name']}+{s['name']}", "kernel", run, (*k["inputs"], s["inputs"][1]), outputs,
                               (spec((s["dims"], s["dtype"])),),
                               f"{k['label']}, then {s['name']} a block of rows at a time", False,
@@ -507,7 +530,7 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             continue
         if at in chain_at:
             then = program["steps"][at + 1]
-            run = _chain_run(s, kernels[s["kernel"]], then, gemm)
+            run = _chain_run(s, kernels[s["kernel"]], then, backend)
             steps.append(Step(f"{s['name']}+{then['name']}", "kernel", run, (*inputs, then["inputs"][1]),
                               tuple(then["outputs"]), (spec((then["dims"], then["dtype"])),),
                               f"{s['label']}, then {then['name']} a block of rows at a time", False,
@@ -518,15 +541,15 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             steps.append(Step(s["name"], "alias", run, inputs, outputs, element=element))
         elif op == "dot":
             specs = (spec((s["dims"], s["dtype"])),)
-            steps.append(Step(s["name"], "blas", dot_run(s, own, gemm), inputs, outputs, specs, "dot_general"))
+            steps.append(Step(s["name"], "blas", dot_run(s, own, backend), inputs, outputs, specs, "dot_general"))
         elif op == "kernel" and "window" in s:
-            parts = build(s["window"]["parts"], kernels, constants, sources, own, gemm)
+            parts = build(s["window"]["parts"], kernels, constants, sources, own, backend)
             steps.append(Step(s["name"], "alias", window_run(s["window"], parts), inputs, outputs, label=s["label"]))
         elif op == "kernel":
             if s["kernel"] not in kernels:
                 raise KeyError(f"step {s['name']!r}: no kernel {s['kernel']!r} in this library")
             kernel = kernels[s["kernel"]]
-            run = kernel_run(s, kernel, own, watch, gemm)
+            run = kernel_run(s, kernel, own, watch, backend)
             specs = tuple(spec(e) for e in s["specs"])
             # Over an input it reads, a numba kernel's vectorised loop falls back to its scalar
             # one (LLVM checks at run time that the arrays do not overlap): 2x slower for x * 2
@@ -538,8 +561,8 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             specs = tuple(spec(e) for e in s["specs"])
             steps.append(Step(s["name"], "library", library_run(s), inputs, outputs, specs, s["label"]))
         elif op == "while":
-            condition = build(s["condition"], kernels, constants, sources, own, gemm)
-            body = build(s["body"], kernels, constants, sources, own, gemm)
+            condition = build(s["condition"], kernels, constants, sources, own, backend)
+            body = build(s["body"], kernels, constants, sources, own, backend)
             native = kernels.get(s.get("native", ""))
             run = while_run(condition, body, s["flat"], native.fn if native is not None else None, s.get("owned", ()))
             part_of = at > 0 and _parts(program["steps"][at - 1], s)
@@ -547,13 +570,13 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
             for part, inner in (("cond", condition), ("body", body)):
                 inner_sources.update({f"{s['name']}/{part}/{k}": v for k, v in inner.kernel_sources.items()})
         elif op == "conditional":
-            branches = [build(b, kernels, constants, sources, own, gemm) for b in s["branches"]]
+            branches = [build(b, kernels, constants, sources, own, backend) for b in s["branches"]]
             steps.append(Step(s["name"], "alias", conditional_run(branches, s["tupled"]), inputs, outputs,
                               label=s["label"]))
             for k, inner in enumerate(branches):
                 inner_sources.update({f"{s['name']}/branch{k}/{n}": v for n, v in inner.kernel_sources.items()})
         elif op == "nested":
-            inner = build(s["program"], kernels, constants, sources, own, gemm)
+            inner = build(s["program"], kernels, constants, sources, own, backend)
             steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
                               label=s["label"]))
         else:

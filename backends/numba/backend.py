@@ -4,7 +4,9 @@
 kernel's source; here the sources are compiled with numba (or loaded from the disk cache) and
 the runtime builds the executable (`xfuse.runtime.program`), where an output fusion runs its
 dot through BLAS, or on one thread through `gemm` where that is faster (on CPUs whose kernels
-use 512-bit vectors), and applies the epilogue kernel to it. f16 and bf16 values are computed in
+use 512-bit vectors), or, at middling sizes, split over the hand-off's threads through
+`split_gemm` (where oneDNN is there and the CPU has AVX-512), and applies the epilogue kernel to
+it. f16 and bf16 values are computed in
 f32 inside kernels. A loop of kernels only runs as one numba function (`native_loop`).
 """
 
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 from xfuse.hlo import Module
 from xfuse.runtime import Executable
-from xfuse.runtime.program import Kernel, build
+from xfuse.runtime.products import BackendProducts
+from xfuse.runtime.program import Kernel, build, walk
 
 from .compile import compile_kernel, exact_entry, settle
 from . import handoff
 from .gemm import ENABLED as GEMM, gemm_f32
+from .split_gemm import enabled as split_enabled, split_f32
 from .lowering import lower
 from .native_loop import native_loops
 
@@ -30,4 +34,8 @@ def compile_module(module: Module) -> Executable:
                for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
-    return build(lowered.program, kernels, lowered.constants, sources, gemm=gemm_f32 if GEMM else None)
+    # whether oneDNN is installed is looked up (10 ms, once) only for a program with a product
+    split = split_f32 if any(s["op"] == "dot" or s.get("dot") for s in walk(lowered.program)) and split_enabled() \
+        else None
+    products = BackendProducts(thread=gemm_f32 if GEMM else None, split=split)
+    return build(lowered.program, kernels, lowered.constants, sources, backend=products)

@@ -179,7 +179,7 @@ def test_the_runtime_sends_it_exactly_the_products_its_rule_names():
         b = RNG.standard_normal(bshape).astype(np.float32)
         out = np.empty((*ashape[:-1], bshape[-1]), np.float32)
         taken.clear()
-        products.matmul(a, b, out, f32, own=True, gemm=spy)
+        products.matmul(a, b, out, f32, own=True, backend=products.BackendProducts(thread=spy))
         assert bool(taken) is expected, (ashape, bshape, taken)
         assert products.kernel_gemm_takes(a, b) is expected
         _assert_product(out.reshape(-1, *out.shape[-2:]), a.reshape(-1, *ashape[-2:]), b.reshape(-1, *bshape[-2:]))

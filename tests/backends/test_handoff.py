@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import xfuse
+from xfuse.backends.numba import backend as numba_backend
 from xfuse.backends.numba import handoff
-from xfuse.runtime import parallel
+from xfuse.runtime import parallel, products
 
 from .test_parallel import chain, kernel_steps, layer_norm, mlp_softmax
 from .test_parallel import row_softmax as softmax
@@ -138,17 +139,21 @@ def test_blas_on_its_own_threads_quiets_the_workers(watching_forever):
     wait_for(lambda: worker_state() == handoff.WATCHING)
     parallel.quiet()
     wait_for(lambda: worker_state() == handoff.AWAY)
-    # a product on numpy's BLAS threads through xfuse does the same
+    # a product on numpy's BLAS threads through xfuse does the same (one below the size that
+    # the numba backend splits itself, `products._splits`)
     compiled(x), compiled(x)
     wait_for(lambda: worker_state() == handoff.WATCHING)
-    a = np.ones((300, 300), np.float32)
+    a = np.ones((128, 128), np.float32)
+    assert a.size * 128 < products.SPLIT_PRODUCT_MIN
     np.testing.assert_allclose(xfuse.jit(lambda p, q: p @ q)(a, a), a @ a)
     wait_for(lambda: worker_state() == handoff.AWAY)
 
 
 def test_no_watching_split_beside_blas_threads(monkeypatch, watching_forever):
-    """softmax(relu(x @ w + b)) at 64x512 @ 512x1024: the product on BLAS's own threads, which
-    spin after it, so the middling epilogue never splits."""
+    """softmax(relu(x @ w + b)) at 64x512 @ 512x1024 with its product on BLAS's own threads
+    (the numba backend not splitting it itself, as where oneDNN is not preferred), which spin
+    after it, so the middling epilogue never splits."""
+    monkeypatch.setattr(numba_backend, "split_enabled", lambda: False)
     rng = np.random.default_rng(1)
     x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in [(64, 512), (512, 1024), (1024,)])
     fn = mlp_softmax

@@ -150,9 +150,9 @@ def _own_flags(monkeypatch) -> list:
     flags = []
     real = prog.matmul
 
-    def matmul(a3, b3, out, work, own=False, gemm=None):
+    def matmul(a3, b3, out, work, own=False, backend=None):
         flags.append(own)
-        real(a3, b3, out, work, own, gemm)
+        real(a3, b3, out, work, own, backend)
 
     monkeypatch.setattr(prog, "matmul", matmul)
     return flags

@@ -172,7 +172,7 @@ def _spy(monkeypatch, sgemm) -> list:
         calls.append((threading.get_ident(), a.shape, b.shape))
         return sgemm(a, b, out)
 
-    monkeypatch.setattr(onednn, "_loaded", [spy])
+    monkeypatch.setattr(onednn, "_loaded", [(spy, onednn.addresses())])
     return calls
 
 

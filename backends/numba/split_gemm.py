@@ -1,0 +1,150 @@
+"""float32 matrix products split over the hand-off's threads (`handoff`), each part through
+oneDNN's `dnnl_sgemm` on its thread, for the runtime's products of middling size
+(`runtime.products.matmul`).
+
+numpy's BLAS runs a product of a few million multiply-adds on threads of its own; handing a part
+to one of xfuse's threads through the runtime's pool costs some 40-50 us, as much as a split
+saves. The watching workers take a part for a few microseconds, but they run numba functions
+only: `sgemm_part` is one, which calls oneDNN through the function's address (and OpenMP's
+thread-count functions around it, as `runtime.onednn.sgemm` does, so that oneDNN never starts a
+team). Its arguments are integers only (the operands' addresses, shapes and leading
+dimensions), so one compiled overload serves every layout and it is cached on disk.
+
+Measured on the AVX-512 Xeon of benchmarks/README.md (2 cores), 64x512 @ 512x1024, the
+product of softmax_relu_64x512x1024: 212-230 us split so, against 254-292 us in OpenBLAS's two
+threads and 255-272 us through oneDNN in the runtime's pool (one part alone on one thread: 195-205
+us). Imports numba, numpy and llvmlite.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from xfuse.runtime import onednn
+
+from . import handoff
+
+_F32 = np.dtype(np.float32)
+NOT, TRANSPOSED = ord("N"), ord("T")
+COLUMNS_UNIT = 16  # a part's columns start at a multiple of 16 floats (64 bytes)
+ROWS_UNIT = 8
+
+
+@intrinsic
+def _sgemm_at(typingctx, address, transa, transb, m, n, k, a, lda, b, ldb, c, ldc):
+    """dnnl_sgemm(transa, transb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) called at `address`
+    (every argument an int64: the transposes as characters, the operands as addresses); its
+    status. The characters go as 32-bit integers: under the x86-64 C calling convention a
+    callee reads the low byte of the register, or, compiled by clang, the whole extended
+    value, and both are the character."""
+
+    def codegen(context, builder, signature, args):
+        i64, i32, f32, i8p = ir.IntType(64), ir.IntType(32), ir.FloatType(), ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i32, [i32, i32, i64, i64, i64, f32, i8p, i64, i8p, i64, f32, i8p, i64])
+        fn = builder.inttoptr(args[0], fnty.as_pointer())
+        ta, tb, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args[1:]
+        status = builder.call(fn, [builder.trunc(ta, i32), builder.trunc(tb, i32), m_, n_, k_, f32(1.0),
+                                   builder.inttoptr(a_, i8p), lda_, builder.inttoptr(b_, i8p), ldb_, f32(0.0),
+                                   builder.inttoptr(c_, i8p), ldc_])
+        return builder.sext(status, i64)
+
+    return types.int64(*[types.int64] * 12), codegen
+
+
+@intrinsic
+def _threads_to(typingctx, get_address, set_address, count):
+    """OpenMP's thread count for this thread set to `count` through the functions at these
+    addresses (`omp_get_max_threads`, `omp_set_num_threads`); the count before."""
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        get = builder.inttoptr(args[0], ir.FunctionType(i32, []).as_pointer())
+        put = builder.inttoptr(args[1], ir.FunctionType(ir.VoidType(), [i32]).as_pointer())
+        before, count_ = builder.call(get, []), builder.trunc(args[2], i32)
+        with builder.if_then(builder.icmp_signed("!=", before, count_)):
+            builder.call(put, [count_])
+        return builder.sext(before, ir.IntType(64))
+
+    return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def sgemm_part(start, end, sgemm, get_threads, set_threads, columns, m, n, k, ta, a, lda, tb, b, ldb, c, ldc):
+    """c = a @ b (float32, row-major, c's rows contiguous) over the units [start, end) of c's
+    columns (COLUMNS_UNIT each) or of its rows (ROWS_UNIT each), through oneDNN on this thread."""
+    extent, unit = (n, COLUMNS_UNIT) if columns else (m, ROWS_UNIT)
+    lo, hi = start * unit, min(end * unit, extent)
+    if hi <= lo:
+        return
+    if columns:  # b's column j: one float on in its row (N), or a row of its own (T)
+        b += lo * 4 * (1 if tb == NOT else ldb)
+        c += lo * 4
+        n = hi - lo
+    else:
+        a += lo * 4 * (lda if ta == NOT else 1)
+        c += lo * 4 * ldc
+        m = hi - lo
+    before = _threads_to(get_threads, set_threads, 1)
+    status = _sgemm_at(sgemm, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)
+    if before != 1:
+        _threads_to(get_threads, set_threads, before)
+    if status != 0:
+        raise RuntimeError("dnnl_sgemm failed")
+
+
+_SIGNATURE = (types.int64,) * 17
+_splitter: list = []
+_lock = threading.Lock()
+
+
+def _split() -> handoff.Splitter:
+    if not _splitter:
+        with _lock:
+            if not _splitter:
+                sgemm_part.compile(_SIGNATURE)  # (or loaded from numba's cache): the one overload
+                sgemm_part.disable_compile()
+                _splitter.append(handoff.Splitter(sgemm_part))
+    return _splitter[0]
+
+
+@functools.cache
+def enabled() -> bool:
+    """Whether the numba backend splits products here: the hand-off is on, and oneDNN is
+    preferred (the CPU has AVX-512, `onednn.preferred`) and installed."""
+    return handoff.ENABLED and onednn.preferred() and onednn.installed()
+
+
+def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """out = a @ b for float32 matrices (M, K) @ (K, N), M and N at least 2, split over the
+    hand-off's threads by columns (or rows, where M > N), each part through oneDNN; False
+    (nothing written) where oneDNN is not there, an operand is not one oneDNN reads (rows or
+    columns of contiguous floats, `onednn.layout`; `out` rows), the result overlaps an operand,
+    or the hand-off cannot split now (one thread, or inside another split)."""
+    calls = onednn.addresses()
+    if calls is None or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or a.ndim != 2 \
+            or b.ndim != 2 or out.ndim != 2 or not out.flags.writeable:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    if m < 2 or n < 2 or k < 1 or b.shape[0] != k or out.shape != (m, n):
+        return False
+    ta, lda = onednn.layout(a)
+    tb, ldb = onednn.layout(b)
+    tc, ldc = onednn.layout(out)
+    if ta is None or tb is None or tc != b"N" or np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return False
+    columns = n >= m
+    units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
+    args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
+            out.ctypes.data, ldc)
+    return _split()(args, units)
+
+
+__all__ = ["enabled", "sgemm_part", "split_f32"]

@@ -1,0 +1,236 @@
+"""Products split over the hand-off's threads through oneDNN (`backends.numba.split_gemm`): they
+agree with float64 products on every layout oneDNN reads, split by columns or by rows with
+remainders; special values follow IEEE as numpy's BLAS does; parts really run on a worker; a
+failed oneDNN call raises; it declines what it does not take without writing; and the runtime
+sends it exactly the products `products._splits` names, the epilogue after it then free to split
+where the threads watch (softmax(relu(x @ w + b)) at 64x512 @ 512x1024 end to end)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xfuse
+from xfuse.backends.numba import backend as numba_backend
+from xfuse.backends.numba import handoff, split_gemm
+from xfuse.backends.numba.lowering import lower
+from xfuse.runtime import blas, onednn, parallel, products
+from xfuse.runtime import program as prog
+
+RNG = np.random.default_rng(11)
+F32 = np.dtype(np.float32)
+
+
+@pytest.fixture
+def two_threads():
+    assert onednn.addresses() is not None, "oneDNN did not load"
+    parallel.set_num_threads(2)
+    yield
+    parallel.set_num_threads(None)
+
+
+def _operand(rows: int, cols: int, layout: str) -> np.ndarray:
+    """A (rows, cols) float32 matrix: rows contiguous (N), the transpose of a (cols, rows) one
+    (T), or every other row of a taller one (rows a stride apart, still read as N)."""
+    if layout == "N":
+        return RNG.standard_normal((rows, cols)).astype(np.float32)
+    if layout == "T":
+        return RNG.standard_normal((cols, rows)).astype(np.float32).T
+    return RNG.standard_normal((2 * rows, cols)).astype(np.float32)[::2]
+
+
+def _assert_product(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """Within k roundings of float32 (relative to the sum of |terms|) of the float64 product."""
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    size = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    bound = (a.shape[1] + 1) * 2.0**-24 * size + 2.0**-126
+    error = np.abs(got.astype(np.float64) - want)
+    assert got.dtype == F32 and got.shape == want.shape
+    assert (error <= bound).all(), f"max error {error.max()} at {np.unravel_index(error.argmax(), error.shape)}"
+
+
+@pytest.mark.parametrize("la", ["N", "T", "S"])
+@pytest.mark.parametrize("lb", ["N", "T", "S"])
+def test_products_agree_with_float64_on_every_layout_split_both_ways(two_threads, la, lb):
+    # columns (N >= M) in units of 16 with a remainder, rows (M > N) in units of 8 with one
+    for m, k, n in [(64, 512, 1024), (37, 33, 1000), (2, 300, 700), (300, 70, 40), (1001, 17, 3), (9, 5, 2)]:
+        a, b = _operand(m, k, la), _operand(k, n, lb)
+        out = np.full((m, n), np.nan, np.float32)
+        assert split_gemm.split_f32(a, b, out), (m, k, n)
+        _assert_product(out, a, b)
+
+
+def test_the_parts_write_only_their_own_part_of_a_wider_result(two_threads):
+    a, b = _operand(64, 128, "N"), _operand(128, 200, "N")
+    wide = np.full((64, 300), -7.0, np.float32)
+    assert split_gemm.split_f32(a, b, wide[:, 50:250])
+    _assert_product(wide[:, 50:250], a, b)
+    assert (wide[:, :50] == -7.0).all() and (wide[:, 250:] == -7.0).all()
+
+
+def test_special_values_as_numpys_blas(two_threads):
+    a, b = _operand(96, 64, "N"), _operand(64, 160, "N")
+    a[3, 5], a[10, :] = np.nan, 0.0
+    b[7, 20], b[8, 20], b[9, 100], b[:, 150] = np.inf, np.inf, -np.inf, -0.0
+    a[21, 7], a[21, 8] = 1.0, -1.0  # inf - inf
+    a[20, 11:13], b[11:13, 30] = 3e38, 1.0  # 6e38 overflows
+    a[40, :] = -0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a @ b  # numpy's BLAS: IEEE in each product and sum
+    out = np.zeros((96, 160), np.float32)
+    assert split_gemm.split_f32(a, b, out)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    assert np.isnan(out[21, 20]) and np.isnan(out[3]).all() and out[20, 30] == np.inf
+    infinite = np.isinf(want)
+    assert infinite.sum() > 100  # most of columns 20 and 100
+    np.testing.assert_array_equal(out[infinite], want[infinite])
+    assert out[10, 150] == 0.0 and np.signbit(out[10, 150]) == np.signbit(want[10, 150])  # 0 * -0.0 summed
+    assert out[40, 0] == 0.0 and np.signbit(out[40, 0]) == np.signbit(want[40, 0])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(out[finite], want[finite], rtol=1e-4, atol=1e-3)
+
+
+def test_a_worker_runs_parts(two_threads):
+    a, b = _operand(64, 512, "N"), _operand(512, 1024, "N")
+    out = np.empty((64, 1024), np.float32)
+    before = handoff.served()
+    for _ in range(200):  # a part a worker has not begun when the caller's is done goes back to the caller
+        assert split_gemm.split_f32(a, b, out)
+        if handoff.served() > before:
+            break
+    assert handoff.served() > before, "no part ran on a worker"
+    _assert_product(out, a, b)
+
+
+def test_a_failed_onednn_call_raises():
+    calls = onednn.addresses()
+    a, b, c = (np.ones((4, 4), np.float32) for _ in range(3))
+    n = ord("N")  # a leading dimension shorter than a row: oneDNN refuses
+    with pytest.raises(RuntimeError, match="dnnl_sgemm failed"):
+        split_gemm.sgemm_part(0, 1, *calls, 1, 4, 4, 4, n, a.ctypes.data, 2, n, b.ctypes.data, 4, c.ctypes.data, 4)
+
+
+def test_it_declines_what_it_does_not_take_without_writing(two_threads):
+    a, b = _operand(64, 32, "N"), _operand(32, 48, "N")
+    wide = RNG.standard_normal((64, 96)).astype(np.float32)
+    cases = {
+        "float64": (a.astype(np.float64), b, np.zeros((64, 48), np.float32)),
+        "one row": (a[:1], b, np.zeros((1, 48), np.float32)),
+        "one column": (a, b[:, :1], np.zeros((64, 1), np.float32)),
+        "3-D": (a[None], b[None], np.zeros((1, 64, 48), np.float32)),
+        "strided both ways": (wide[:, ::2][:, :32], b, np.zeros((64, 48), np.float32)),
+        "shapes": (a, b[:31], np.zeros((64, 48), np.float32)),
+        "result shape": (a, b, np.zeros((64, 47), np.float32)),
+        "result transposed": (a, b, np.zeros((48, 64), np.float32).T),
+        "read-only result": (a, b, np.zeros((64, 48), np.float32)),
+    }
+    cases["read-only result"][2].flags.writeable = False
+    for name, (x, y, out) in cases.items():
+        before = out.copy()
+        assert not split_gemm.split_f32(x, y, out), name
+        np.testing.assert_array_equal(out, before, err_msg=name)
+    overlap = np.zeros((64, 64), np.float32)  # the result over its own left side
+    assert not split_gemm.split_f32(overlap[:, :32], _operand(32, 32, "N"), overlap[:, 32:])
+
+
+def test_one_thread_declines():
+    parallel.set_num_threads(1)
+    try:
+        out = np.zeros((64, 1024), np.float32)
+        assert not split_gemm.split_f32(_operand(64, 512, "N"), _operand(512, 1024, "N"), out)
+        assert not out.any()
+    finally:
+        parallel.set_num_threads(None)
+
+
+def test_the_runtime_sends_it_exactly_the_products_its_rule_names(monkeypatch, two_threads):
+    taken = []
+
+    def spy(a, b, out):
+        taken.append((a.shape, b.shape))
+        return split_gemm.split_f32(a, b, out)
+
+    both = products.BackendProducts(thread=lambda a, b, out: False, split=spy)
+    cases = [  # (a shape, b shape, backend, taken?)
+        ((64, 512), (512, 1024), both, True),  # softmax_relu's 2**25 multiply-adds
+        ((1, 64, 512), (1, 512, 1024), both, True),  # a batch of one
+        ((64, 256), (256, 128), both, False),  # 2**21: below SPLIT_PRODUCT_MIN, one thread
+        ((512, 512), (512, 256), both, False),  # 2**26: ONEDNN_MIN, split by the runtime itself
+        ((4, 64, 256), (4, 256, 256), both, False),  # a batch
+        ((1, 4096), (4096, 1024), both, False),  # a vector: BLAS's GEMV
+        ((256, 256), (256, 64), both, False),  # one the product for one thread takes
+        ((256, 256), (256, 64), products.BackendProducts(split=spy), True),  # ... where there is none
+    ]
+    for ashape, bshape, backend, expected in cases:
+        a = RNG.standard_normal(ashape).astype(np.float32)
+        b = RNG.standard_normal(bshape).astype(np.float32)
+        out = np.empty((*ashape[:-1], bshape[-1]), np.float32)
+        taken.clear()
+        products.matmul(a, b, out, F32, own=False, backend=backend)
+        assert bool(taken) is expected, (ashape, bshape, taken)
+        a3, b3 = a.reshape(-1, *ashape[-2:]), b.reshape(-1, *bshape[-2:])
+        for o, x, y in zip(out.reshape(len(a3), ashape[-2], -1), a3, b3):
+            _assert_product(o, x, y)
+    a64 = RNG.standard_normal((64, 512))
+    taken.clear()
+    products.matmul(a64, RNG.standard_normal((512, 1024)), np.empty((64, 1024)), np.dtype(np.float64), backend=both)
+    assert taken == []  # float64 stays with BLAS
+    monkeypatch.setattr(blas, "ENABLED", False)  # XFUSE_SPLIT_PRODUCTS=0
+    products.matmul(*[RNG.standard_normal(s).astype(np.float32) for s in ((64, 512), (512, 1024))],
+                    np.empty((64, 1024), np.float32), F32, backend=both)
+    assert taken == []
+
+
+def softmax_relu(x, w, b):
+    return jax.nn.softmax(jax.nn.relu(x @ w + b), axis=-1)
+
+
+def test_softmax_relu_through_xfuse_jit_splits_its_product_and_may_split_its_epilogue(monkeypatch, two_threads):
+    monkeypatch.setattr(numba_backend, "split_enabled", lambda: True)  # as on an AVX-512 CPU with oneDNN
+    calls = []
+
+    def counted(a, b, out):
+        calls.append((a.shape, b.shape))
+        return split_gemm.split_f32(a, b, out)
+
+    monkeypatch.setattr(numba_backend, "split_f32", counted)
+    splits = []  # the hand-off's splits: the product's parts (all its rows), the epilogue's (watching)
+    real = handoff.Splitter.__call__
+    monkeypatch.setattr(handoff.Splitter, "__call__",
+                        lambda s, args, rows, first=0, watching=False: splits.append((s.fn, watching))
+                        or real(s, args, rows, first, watching))
+    x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((64, 512), (512, 1024), (1024,)))
+    w *= np.float32(0.05)
+    compiled = xfuse.jit(softmax_relu).lower(x, w, b).compile()
+    got = compiled(x, w, b)
+    assert calls == [((64, 512), (512, 1024))]
+    assert splits[0] == (split_gemm.sgemm_part, False)
+    assert len(splits) == 2 and splits[1][1], "the epilogue did not try the watching workers"
+    np.testing.assert_allclose(got, jax.jit(softmax_relu)(x, w, b), rtol=1e-5, atol=1e-7)
+    # its one step runs no product on BLAS's own threads, so a watching epilogue may split;
+    # without the backend's split it would
+    (step,) = [s for s in lower(compiled.module).program["steps"] if s["op"] == "kernel"]
+    assert step["dot"] is not None and step["watching"]
+    assert not prog._on_blas_threads(step, products.BackendProducts(split=counted))
+    assert prog._on_blas_threads(step, products.BackendProducts())
+    assert prog._on_blas_threads(step, None)
+
+
+def test_the_backend_hands_it_over_only_where_it_is_enabled_and_a_program_has_a_product(monkeypatch):
+    seen = []
+    real_build = numba_backend.build
+
+    def build(*args, **kwargs):
+        seen.append(kwargs["backend"])
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(numba_backend, "build", build)
+    x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((8, 16), (16, 32), (32,)))
+    xfuse.jit(softmax_relu)(x, w, b)
+    xfuse.jit(lambda v: jnp.tanh(v) + 1.0)(x)
+    with_product, without = seen
+    assert (with_product.split is not None) is split_gemm.enabled()
+    assert without.split is None
+    assert split_gemm.enabled() is (handoff.ENABLED and onednn.preferred() and onednn.installed())
