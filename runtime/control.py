@@ -62,7 +62,9 @@ def while_run(
     """run(state) -> [final state as one tuple], for an alias step. `native(state)`, when
     given, runs the whole loop itself (a backend's compiled loop), or returns None to leave it
     to the runtime. `owned`: the state elements the body writes in place (windows), copied
-    once before the loop so no caller's array is written."""
+    once before the loop so no caller's array is written. A state element that is a strided
+    view (a slice a split loop's part reads, `program._read_by_parts_alone`) is copied into a
+    C-ordered array once, not converted by the body's kernels at every iteration."""
     constants = _constant_roots(body)
 
     def run(state: list) -> list:
@@ -70,7 +72,8 @@ def while_run(
             final = native(list(state))
             if final is not None:
                 return [tuple(final)]
-        state = list(state)
+        state = [np.ascontiguousarray(x) if isinstance(x, np.ndarray) and not x.flags.c_contiguous else x
+                 for x in state]
         for k in owned:
             state[k] = np.array(state[k], copy=True)
         while bool(condition.borrowing_call(state)[0]):

@@ -385,4 +385,18 @@ def library_run(step: dict) -> Callable:
     return run
 
 
-__all__ = ["FUNCTIONS", "library_run"]
+def view_run(step: dict) -> Callable:
+    """run(inputs) -> [the views], for a slice or broadcast step run as an alias step: its
+    results are the views `slices` and `broadcast` make, not copied into buffers (a tuple of
+    them for a step of several outputs in one value)."""
+    name = step["fn"]
+    if name not in VIEWS:
+        raise ValueError(f"step {step.get('name')!r}: {name!r} makes no views")
+    fn, attrs = FUNCTIONS[name], step["attrs"]
+    if len(step["outputs"]) == 1 and len(step["specs"]) > 1:
+        return lambda inputs: [tuple(fn(inputs, attrs))]
+    return lambda inputs: fn(inputs, attrs)
+
+
+VIEWS = frozenset({"slice", "broadcast"})  # the functions whose results are views of their inputs
+__all__ = ["FUNCTIONS", "VIEWS", "library_run", "view_run"]

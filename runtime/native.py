@@ -122,8 +122,8 @@ def loop_driver(cfn, step: dict) -> Callable:
         init, final = [], []
         for x, kind, (dims, dtype) in zip(state, kinds, specs):
             a = np.ascontiguousarray(x, dtype).reshape(dims)
-            if kind == "owned":
-                a = a.copy()
+            if kind == "owned" and not (isinstance(x, np.ndarray) and not np.may_share_memory(a, x)):
+                a = a.copy()  # unless converted just now (a strided view): that copy is the loop's
             init.append(a)
             final.append(np.empty(dims, dtype) if kind == "new" else a)
         if cfn(pointers(*[a.ctypes.data for a in init]), pointers(*[a.ctypes.data for a in final])):

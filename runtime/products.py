@@ -3,8 +3,8 @@ where they run (`matmul`): numpy's BLAS with its own threads, or xfuse's threads
 one thread in each, a block of the batch, of the rows or of the columns each, through oneDNN
 for large float32 products where it is installed and the CPU has AVX-512, or through a
 backend's own products handed in (`BackendProducts`: the numba backend's `gemm_f32` on one
-thread for those `kernel_gemm_takes`, and its `split_f32` over its own threads for products of
-middling size, `_splits`). Also the dtypes programs name (`dtype`, `compute_dtype`). Imports numpy
+thread for those `kernel_gemm_takes`, and its `split_f32` over its own threads for the other
+products of matrices from SPLIT_PRODUCT_MIN multiply-adds, `_splits`). Also the dtypes programs name (`dtype`, `compute_dtype`). Imports numpy
 and the standard library only.
 """
 
@@ -134,8 +134,9 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     with OpenBLAS in each thread, 17.3-21.0 ms in OpenBLAS's two threads and 21-36 ms with
     oneDNN in each thread (separate processes). Where a product runs on one thread of xfuse's,
     the backend's own product for one thread (`backend.thread`, see `_gemm`) runs it where it
-    takes the operands. A product of matrices of middling size (`_splits`) goes to the backend's
-    split product where it has one (`backend.split`), whatever `own` says."""
+    takes the operands. A product of matrices from SPLIT_PRODUCT_MIN multiply-adds (`_splits`)
+    goes to the backend's split product where it has one (`backend.split`), whatever `own`
+    says."""
     if a3.dtype != work:
         a3, b3 = a3.astype(work), b3.astype(work)
     o = out.reshape(*a3.shape[:-1], b3.shape[-1])
@@ -168,17 +169,17 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
 
 def _splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
     """Whether a product of these (B, M, K) and (B, K, N) shapes, or (M, K) and (K, N), goes to
-    the backend's split product (`BackendProducts.split`): float32 matrices (a batch of one),
-    at least SPLIT_PRODUCT_MIN multiply-adds and fewer than ONEDNN_MIN (larger ones split over
-    xfuse's threads anyway, where a hand-off's cost is small beside them), not one the
-    backend's product for one thread takes (`kernel_gemm_takes`), and XFUSE_SPLIT_PRODUCTS not
-    0."""
+    the backend's split product (`BackendProducts.split`): float32 matrices (a batch of one)
+    with at least SPLIT_PRODUCT_MIN multiply-adds, not one the backend's product for one thread
+    takes (`kernel_gemm_takes`), and XFUSE_SPLIT_PRODUCTS not 0. Large ones too: the runtime's
+    pool would take 40-50 us more to hand a part over (the scanned RNN's 2048x256 @ 256x256
+    input product, 0.8 ms)."""
     if backend is None or backend.split is None or work != _F32 or not blas.ENABLED:
         return False
     if len(lshape) == 3 and lshape[0] != 1:
         return False
     m, k, n = lshape[-2], lshape[-1], rshape[-1]
-    return m > 1 and n > 1 and SPLIT_PRODUCT_MIN <= m * k * n < ONEDNN_MIN \
+    return m > 1 and n > 1 and SPLIT_PRODUCT_MIN <= m * k * n \
         and not (backend.thread is not None and _gemm_shape(m, k, n))
 
 

@@ -39,6 +39,7 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Computation, Op
 from xfuse.runtime import blas
 from xfuse.runtime.control import unshared
+from xfuse.runtime.pool import POOL
 from xfuse.runtime.products import HALF, macs
 from xfuse.runtime.program import Kernel, walk
 
@@ -406,19 +407,27 @@ class Driver(NamedTuple):
     scratch: list
     one_thread: bool = False  # runs with BLAS on one thread (its small products are BLAS's)
 
-    def prepare(self, flat: list) -> list:
-        """The driver's arguments from the loop state (C-contiguous, writable), with fresh
-        work buffers: the final state may be in them, and goes to the caller (each buffer an
-        array of its own, so a result keeps no other buffer alive)."""
-        flat = [x.copy() if k in self.owned else x for k, x in enumerate(flat)]
+    def prepare(self, flat: list, fresh: list) -> list:
+        """The driver's arguments from the loop state (C-contiguous, writable; `fresh`: which
+        are copies made for this call, the driver's to write), with fresh work buffers: the
+        final state may be in them, and goes to the caller (each buffer an array of its own, so
+        a result keeps no other buffer alive)."""
+        flat = [x.copy() if k in self.owned and not fresh[k] else x for k, x in enumerate(flat)]
         work = [np.empty(dims, dtype) for dims, dtype, turns in self.scratch for _ in range(1 + turns)]
         return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed] + work
 
 
-def _writable(x) -> np.ndarray:
-    """A C-contiguous writable array: what numba types every value of the loop as."""
-    x = np.ascontiguousarray(x)
-    return x if x.flags.writeable else x.copy()
+def _writable(x) -> tuple[np.ndarray, bool]:
+    """A C-contiguous writable array (what numba types every value of the loop as), and
+    whether it is a copy made here: of a strided or read-only array (a slice or broadcast that
+    a part of a split loop reads, `runtime.program`), which no one else holds. The copy goes
+    into a block of the runtime's pool: fresh pages fault slowly, and a split loop's parts
+    copy a few MiB at each call."""
+    if isinstance(x, np.ndarray) and not (x.flags.c_contiguous and x.flags.writeable):
+        y = POOL.empty(x.shape, x.dtype)
+        np.copyto(y, x)
+        return y, True
+    return np.ascontiguousarray(x), False
 
 
 def _digest(text: str) -> str:
@@ -492,10 +501,11 @@ def _driver(step: dict, driver: Driver, name: str) -> Callable:
     def run(state: list) -> list | None:
         if failed[0]:
             return None
-        flat = [_writable(x).reshape(dims or (1,)) for x, dims in zip(state, state_dims)]
+        arrays = [_writable(x) for x in state]
+        flat = [x.reshape(dims or (1,)) for (x, _), dims in zip(arrays, state_dims)]
         try:
             with blas.single_threaded() if driver.one_thread else nullcontext():
-                final = fn(*driver.prepare(flat))
+                final = fn(*driver.prepare(flat, [copied for _, copied in arrays]))
         except NumbaError:  # a loop numba cannot type: the runtime runs it instead
             failed[0] = True
             return None

@@ -157,7 +157,7 @@ def test_the_runtime_sends_it_exactly_the_products_its_rule_names(monkeypatch, t
         ((64, 512), (512, 1024), both, True),  # softmax_relu's 2**25 multiply-adds
         ((1, 64, 512), (1, 512, 1024), both, True),  # a batch of one
         ((64, 256), (256, 128), both, False),  # 2**21: below SPLIT_PRODUCT_MIN, one thread
-        ((512, 512), (512, 256), both, False),  # 2**26: ONEDNN_MIN, split by the runtime itself
+        ((512, 512), (512, 256), both, True),  # 2**26, ONEDNN_MIN: large ones too
         ((4, 64, 256), (4, 256, 256), both, False),  # a batch
         ((1, 4096), (4096, 1024), both, False),  # a vector: BLAS's GEMV
         ((256, 256), (256, 64), both, False),  # one the product for one thread takes

@@ -246,3 +246,73 @@ def test_two_different_loops_run_one_after_the_other():
         want_b = np.cos(want_b)
     assert_close(np.asarray(a), want_a, DType.F32, "loop a", ACCUMULATION, scale=1.0)
     assert_close(np.asarray(b), want_b, DType.F32, "loop b", ACCUMULATION, scale=1.0)
+
+
+@pytest.mark.parametrize("backend", ["numba", "c"])
+def test_a_split_rnns_parts_copy_their_own_inputs_and_write_their_own_results(monkeypatch, backend):
+    """The slices of the hoisted input product and the zeros the parts start from run as views,
+    each part copying what it reads on its own thread, and each part writes its rows of the
+    stacked result into the whole (no concatenation after the parts): the same numbers, bit for
+    bit, as with the copies and the concatenation as steps of their own."""
+    parallel.set_num_threads(2)
+    try:
+        args = arguments()
+        kept = [a.copy() for a in args]
+        compiled = xfuse.jit(rnn, backend=backend).lower(*args).compile()
+        steps = compiled.executable.steps
+        assert not any(s.kind == "library" and s.label in ("fusion", "broadcast_in_dim", "concatenate")
+                       for s in steps), [(s.name, s.kind, s.label) for s in steps]
+        (parts,) = [s for s in steps if "while" in s.label]
+        assert "by each part" in parts.label and parts.run.gather is not None
+        got = [np.asarray(compiled(*args)) for _ in range(2)]
+        monkeypatch.setattr(prog, "_read_by_parts_alone", lambda program: set())
+        monkeypatch.setattr(prog, "_gathered", lambda program, at, built: None)
+        plain = xfuse.jit(rnn, backend=backend).lower(*args).compile()
+        assert any(s.label == "concatenate" for s in plain.executable.steps)
+        want = np.asarray(plain(*args))
+    finally:
+        parallel.set_num_threads(None)
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+        assert g.flags.c_contiguous and g.shape == (STEPS, BATCH, HIDDEN)
+    for a, k in zip(args, kept):
+        np.testing.assert_array_equal(a, k)  # the arguments untouched
+    assert_close(got[0], np.asarray(jax.jit(rnn)(*args)), DType.F32, "rnn", ACCUMULATION, scale=np.full(got[0].shape, 4.0))
+
+
+def test_the_runtimes_own_loop_runs_parts_given_views(monkeypatch):
+    """Where the numba backend has no driver for the loop, the runtime runs it (`while_run`),
+    a part given views of the hoisted product and of the zeros it starts from."""
+    from xfuse.backends.numba import backend as numba_backend
+
+    monkeypatch.setattr(numba_backend, "native_loops", lambda *a, **k: {})
+    parallel.set_num_threads(2)
+    try:
+        args = arguments()
+        got = np.asarray(xfuse.jit(rnn).lower(*args).compile()(*args))
+    finally:
+        parallel.set_num_threads(None)
+    want = np.asarray(jax.jit(rnn)(*args))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got, want, DType.F32, "rnn", ACCUMULATION, scale=np.full(got.shape, 4.0))
+
+
+def _loop_step(name: str, inputs: list[int], output: int) -> dict:
+    return {"op": "while", "name": name, "inputs": inputs, "outputs": [output], "computations": ["cond", "body"]}
+
+
+def test_only_views_the_parts_alone_read_are_left_views():
+    slice_step = {"op": "library", "fn": "slice", "name": "s", "inputs": [0], "outputs": [1]}
+    zeros = {"op": "library", "fn": "broadcast", "name": "z", "inputs": [9], "outputs": [2]}
+    sort = {"op": "library", "fn": "sort", "name": "o", "inputs": [0], "outputs": [8]}
+    elements = [{"op": "alias", "kind": "element", "index": k, "name": f"e{k}", "inputs": [1], "outputs": [3 + k]}
+                for k in range(2)]
+    loops = [_loop_step("a", [3, 2, 8], 5), _loop_step("b", [4, 2, 8], 6)]
+    program = {"steps": [slice_step, zeros, sort, *elements, *loops], "results": [5, 6]}
+    assert prog._read_by_parts_alone(program) == {0, 1}  # never the sort: it makes no views
+    other = {"op": "kernel", "name": "k", "inputs": [4], "outputs": [7]}
+    assert prog._read_by_parts_alone({**program, "steps": [*program["steps"], other]}) == {1}
+    assert prog._read_by_parts_alone({**program, "results": [5, 6, 2]}) == {0}
+    alone = [slice_step, zeros, *elements, _loop_step("a", [3, 2], 5), _loop_step("b", [4, 2], 6)]
+    alone[-1]["computations"] = ["cond2", "body2"]  # two loops, not the parts of one
+    assert prog._read_by_parts_alone({"steps": alone, "results": [5, 6]}) == set()
