@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import numba
 import numpy as np
@@ -115,6 +116,15 @@ def _split() -> handoff.Splitter:
     return _splitter[0]
 
 
+# After a split whose worker never began its part (the caller took it back: a thread of another's
+# held the other core, as OpenBLAS's do, spinning for a while after each of the user's numpy
+# products), products go to numpy's BLAS for this long before a split is tried again. Alternating
+# a numpy 256x256 product with softmax_relu 64x512x1024 took 647-676 us a pair without it, the
+# split's part taken back every time, against 456-484 us with the product on OpenBLAS's threads.
+BACK_OFF_S = 0.02
+_back_off = [0.0]  # until when (perf_counter)
+
+
 @functools.cache
 def enabled() -> bool:
     """Whether the numba backend splits products here: the hand-off is on, and oneDNN is
@@ -127,7 +137,10 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     hand-off's threads by columns (or rows, where M > N), each part through oneDNN; False
     (nothing written) where oneDNN is not there, an operand is not one oneDNN reads (rows or
     columns of contiguous floats, `onednn.layout`; `out` rows), the result overlaps an operand,
-    or the hand-off cannot split now (one thread, or inside another split)."""
+    or the hand-off cannot split now (one thread, or inside another split), or a split's worker
+    did not take its part lately (`BACK_OFF_S`)."""
+    if time.perf_counter() < _back_off[0]:
+        return False
     calls = onednn.addresses()
     if calls is None or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or a.ndim != 2 \
             or b.ndim != 2 or out.ndim != 2 or not out.flags.writeable:
@@ -145,7 +158,12 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
     args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
             out.ctypes.data, ldc)
-    return _split()(args, units)
+    served = handoff.served()
+    if not _split()(args, units):
+        return False
+    if handoff.served() == served:  # every part ran here: the other core is someone else's for now
+        _back_off[0] = time.perf_counter() + BACK_OFF_S
+    return True
 
 
 __all__ = ["enabled", "sgemm_part", "split_f32"]

@@ -24,8 +24,12 @@ F32 = np.dtype(np.float32)
 
 
 @pytest.fixture
-def two_threads():
+def two_threads(monkeypatch):
+    """Two threads, and no backing off after a split whose worker did not take its part (on a
+    busy machine it may not): each split here is tried (see `test_it_backs_off_...`)."""
     assert onednn.addresses() is not None, "oneDNN did not load"
+    monkeypatch.setattr(split_gemm, "BACK_OFF_S", 0.0)
+    monkeypatch.setattr(split_gemm, "_back_off", [0.0])
     parallel.set_num_threads(2)
     yield
     parallel.set_num_threads(None)
@@ -102,6 +106,22 @@ def test_a_worker_runs_parts(two_threads):
             break
     assert handoff.served() > before, "no part ran on a worker"
     _assert_product(out, a, b)
+
+
+def test_it_backs_off_to_numpys_blas_after_a_split_whose_worker_did_not_take_its_part(monkeypatch, two_threads):
+    monkeypatch.setattr(split_gemm, "BACK_OFF_S", 60.0)
+    monkeypatch.setattr(handoff, "served", lambda: 7)  # as if no worker ran a part
+    a, b = _operand(64, 512, "N"), _operand(512, 1024, "N")
+    out = np.zeros((64, 1024), np.float32)
+    assert split_gemm.split_f32(a, b, out)  # split (every part on this thread), then backing off
+    _assert_product(out, a, b)
+    out[:] = 0.0
+    assert not split_gemm.split_f32(a, b, out) and not out.any()
+    wide = np.zeros((64, 1024), np.float32)
+    products.matmul(a, b, wide, F32, backend=products.BackendProducts(split=split_gemm.split_f32))
+    _assert_product(wide, a, b)  # numpy's BLAS instead
+    split_gemm._back_off[0] = 0.0  # the time is up
+    assert split_gemm.split_f32(a, b, out)
 
 
 def test_a_failed_onednn_call_raises():
