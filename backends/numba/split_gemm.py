@@ -30,6 +30,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from xfuse.runtime import onednn
+from xfuse.runtime.parallel import run_rows
 
 from . import handoff
 
@@ -118,9 +119,15 @@ def _split() -> handoff.Splitter:
 
 # After a split whose worker never began its part (the caller took it back: a thread of another's
 # held the other core, as OpenBLAS's do, spinning for a while after each of the user's numpy
-# products), products go to numpy's BLAS for this long before a split is tried again. Alternating
-# a numpy 256x256 product with softmax_relu 64x512x1024 took 647-676 us a pair without it, the
-# split's part taken back every time, against 456-484 us with the product on OpenBLAS's threads.
+# products), the parts go to the runtime's pool for this long before the hand-off is tried
+# again: the pool waits for a thread that is slow to start, where the hand-off's caller takes its
+# part back and runs it too. softmax_relu 64x512x1024 in a loop took 267-284 us (medians of four
+# processes), a part taken back in 0-1 of 2000 calls; backing off to OpenBLAS's threads instead,
+# some processes took 350-380 us, their spinning keeping the worker off the other core so that
+# most splits were taken back. Where the user's own numpy products run between the calls, their
+# OpenBLAS threads spinning, the pool is slower than they are: a numpy 256x256 product
+# alternating with softmax_relu took 667-700 us a pair, against 480-516 us backing off to
+# OpenBLAS's threads and 456-484 us with the product always there (before this module).
 BACK_OFF_S = 0.02
 _back_off = [0.0]  # until when (perf_counter)
 
@@ -137,10 +144,8 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     hand-off's threads by columns (or rows, where M > N), each part through oneDNN; False
     (nothing written) where oneDNN is not there, an operand is not one oneDNN reads (rows or
     columns of contiguous floats, `onednn.layout`; `out` rows), the result overlaps an operand,
-    or the hand-off cannot split now (one thread, or inside another split), or a split's worker
-    did not take its part lately (`BACK_OFF_S`)."""
-    if time.perf_counter() < _back_off[0]:
-        return False
+    or the hand-off cannot split now (one thread, or inside another split). Where a split's
+    worker did not take its part lately, the parts go to the runtime's pool (`BACK_OFF_S`)."""
     calls = onednn.addresses()
     if calls is None or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or a.ndim != 2 \
             or b.ndim != 2 or out.ndim != 2 or not out.flags.writeable:
@@ -158,6 +163,9 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
     args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
             out.ctypes.data, ldc)
+    if time.perf_counter() < _back_off[0]:
+        run_rows(lambda start, end: sgemm_part(start, end, *args), units)
+        return True
     served = handoff.served()
     if not _split()(args, units):
         return False

@@ -108,20 +108,22 @@ def test_a_worker_runs_parts(two_threads):
     _assert_product(out, a, b)
 
 
-def test_it_backs_off_to_numpys_blas_after_a_split_whose_worker_did_not_take_its_part(monkeypatch, two_threads):
+def test_it_backs_off_to_the_runtimes_pool_after_a_split_whose_worker_did_not_take_its_part(monkeypatch,
+                                                                                             two_threads):
     monkeypatch.setattr(split_gemm, "BACK_OFF_S", 60.0)
     monkeypatch.setattr(handoff, "served", lambda: 7)  # as if no worker ran a part
+    through = []
+    real_split, real_rows = split_gemm._split, split_gemm.run_rows
+    monkeypatch.setattr(split_gemm, "_split", lambda: through.append("hand-off") or real_split())
+    monkeypatch.setattr(split_gemm, "run_rows", lambda fn, rows: through.append("pool") or real_rows(fn, rows))
     a, b = _operand(64, 512, "N"), _operand(512, 1024, "N")
-    out = np.zeros((64, 1024), np.float32)
-    assert split_gemm.split_f32(a, b, out)  # split (every part on this thread), then backing off
-    _assert_product(out, a, b)
-    out[:] = 0.0
-    assert not split_gemm.split_f32(a, b, out) and not out.any()
-    wide = np.zeros((64, 1024), np.float32)
-    products.matmul(a, b, wide, F32, backend=products.BackendProducts(split=split_gemm.split_f32))
-    _assert_product(wide, a, b)  # numpy's BLAS instead
+    for _ in range(3):
+        out = np.zeros((64, 1024), np.float32)
+        assert split_gemm.split_f32(a, b, out)
+        _assert_product(out, a, b)
+    assert through == ["hand-off", "pool", "pool"]  # then backing off
     split_gemm._back_off[0] = 0.0  # the time is up
-    assert split_gemm.split_f32(a, b, out)
+    assert split_gemm.split_f32(a, b, out) and through[-1] == "hand-off"
 
 
 def test_a_failed_onednn_call_raises():
