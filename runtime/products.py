@@ -4,8 +4,8 @@ one thread in each, a block of the batch, of the rows or of the columns each, th
 for large float32 products where it is installed and the CPU has AVX-512, or through a
 backend's own products handed in (`BackendProducts`: the numba backend's `gemm_f32` on one
 thread for those `kernel_gemm_takes`, and its `split_f32` over its own threads for the other
-products of matrices from SPLIT_PRODUCT_MIN multiply-adds, `_splits`). Also the dtypes programs name (`dtype`, `compute_dtype`). Imports numpy
-and the standard library only.
+products of matrices from SPLIT_PRODUCT_MIN multiply-adds, `_splits`). Also the dtypes programs
+name (`dtype`, `compute_dtype`). Imports numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
 
 
-# A product goes to a backend's own product for one thread (`BackendProducts.thread`) where its right side, B's K x N
-# floats, is at most KERNEL_GEMM_B_MAX (128 KiB, in a core's L2 while every row tile reads it)
-# with N at most KERNEL_GEMM_COLUMNS, and its left side has at least KERNEL_GEMM_ROWS rows.
+# A product goes to a backend's own product for one thread (`BackendProducts.thread`) where its
+# right side, B's K x N floats, is at most KERNEL_GEMM_B_MAX (128 KiB, in a core's L2 while
+# every row tile reads it) with N at most KERNEL_GEMM_COLUMNS, and its left side has at least
+# KERNEL_GEMM_ROWS rows.
 # There the numba backend's took 0.82-0.95 of OpenBLAS's time on one thread at 64 columns (256
 # or 1024 rows, K from 64 to 512) and 0.9-1.2 at 128 and 256, as fast within the spread of two
 # runs; attention's eight heads of 256x64 @ (256x64)^T took 0.90-1.01 of it and of 256x256 @
@@ -293,5 +294,6 @@ def narrow(out: np.ndarray, wide: np.ndarray) -> None:
         out[...] = wide.reshape(out.shape).astype(out.dtype)
 
 
-__all__ = ["BackendProducts", "HALF", "apart", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN", "SPLIT_PRODUCT_MIN", "block_products", "compute_dtype", "cut_rows", "dot_plan",
+__all__ = ["BackendProducts", "HALF", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN",
+           "SPLIT_PRODUCT_MIN", "apart", "block_products", "compute_dtype", "cut_rows", "dot_plan",
            "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow"]

@@ -177,9 +177,8 @@ def kernel_run(step: dict, kernel: Kernel, own: bool = False, watch: bool = True
 
 def _blocks(d: dict) -> tuple[int, int, int | None, int]:
     """(rows, rows a block, the left side's axis cut into blocks, bytes a row) of an output
-    fusion's dot `d`:
-    a block of rows holds at most BLOCK_BYTES of the product where the fusion is row-blocked;
-    with no row axis on the left (a scalar times a vector), one block."""
+    fusion's dot `d`: a block of rows holds at most BLOCK_BYTES of the product where the fusion
+    is row-blocked; with no row axis on the left (a scalar times a vector), one block."""
     dims = tuple(d["dims"])
     lhs, (lc, _), (lb, _) = d["lhs"], d["contracting"], d["batch"]
     rows = dims[0] if dims else 1
@@ -189,7 +188,8 @@ def _blocks(d: dict) -> tuple[int, int, int | None, int]:
     return rows, (rows if lhs_axis is None else block), lhs_axis, row_bytes
 
 
-def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool, backend: BackendProducts | None = None) -> Callable:
+def _output_run(step: dict, kernel: Kernel, own: bool, watching: bool,
+                backend: BackendProducts | None = None) -> Callable:
     """run(inputs, outputs) for an output fusion: BLAS a block of rows, then the epilogue
     (`watching`: split where threads watch, see `kernel_run`)."""
     fn, settle = kernel.fn, kernel.settle
@@ -535,7 +535,7 @@ def _gathered(program: dict, at: int, built: list[Step]) -> tuple[int, tuple] | 
         return None
     (k,) = where
     step = built[k]
-    if getattr(step.run, "gather", 1) is not None or list(step.outputs) != states \
+    if getattr(step.run, "parts", None) is None or step.run.gather is not None or list(step.outputs) != states \
             or len({e["index"] for e in elements}) != 1:
         return None
     readers = [slot for other in steps for slot in other["inputs"]]
@@ -572,8 +572,10 @@ def _on_blas_threads(step: dict, backend: BackendProducts | None) -> bool:
     d = step if step["op"] == "dot" else step.get("dot") if step["op"] == "kernel" else None
     if d is None:
         return False
-    if step is not d and _blocks(d)[1] < _blocks(d)[0]:  # blocks of rows
-        return True
+    if step is not d:
+        rows, block, _, _ = _blocks(d)
+        if block < rows:
+            return True
     (_, lshape), (_, rshape), _ = dot_plan(d["lhs"], d["rhs"], d["contracting"], d["batch"])
     return not apart(lshape, rshape, compute_dtype(d["dtype"]), backend)
 

@@ -30,7 +30,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from xfuse.runtime import onednn
-from xfuse.runtime.parallel import run_rows
+from xfuse.runtime.parallel import in_worker, run_rows
 
 from . import handoff
 
@@ -146,6 +146,8 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     columns of contiguous floats, `onednn.layout`; `out` rows), the result overlaps an operand,
     or the hand-off cannot split now (one thread, or inside another split). Where a split's
     worker did not take its part lately, the parts go to the runtime's pool (`BACK_OFF_S`)."""
+    if in_worker():  # a part of a split already (a block of attention's, a part of a split loop)
+        return False
     calls = onednn.addresses()
     if calls is None or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or a.ndim != 2 \
             or b.ndim != 2 or out.ndim != 2 or not out.flags.writeable:

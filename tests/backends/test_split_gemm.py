@@ -167,6 +167,20 @@ def test_one_thread_declines():
         parallel.set_num_threads(None)
 
 
+def test_inside_a_split_it_declines(two_threads):
+    """In a part of a split (a share of attention's blocks, a part of a split loop) the other
+    threads are busy with the other parts: the product stays on this thread."""
+    answers = []
+
+    def part():
+        out = np.zeros((64, 1024), np.float32)
+        answers.append(split_gemm.split_f32(_operand(64, 512, "N"), _operand(512, 1024, "N"), out))
+        answers.append(out.any())
+
+    parallel.run_each([part, part])
+    assert answers == [False, False, False, False]
+
+
 def test_the_runtime_sends_it_exactly_the_products_its_rule_names(monkeypatch, two_threads):
     taken = []
 

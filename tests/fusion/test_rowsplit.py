@@ -277,7 +277,8 @@ def test_a_split_rnns_parts_copy_their_own_inputs_and_write_their_own_results(mo
         assert g.flags.c_contiguous and g.shape == (STEPS, BATCH, HIDDEN)
     for a, k in zip(args, kept):
         np.testing.assert_array_equal(a, k)  # the arguments untouched
-    assert_close(got[0], np.asarray(jax.jit(rnn)(*args)), DType.F32, "rnn", ACCUMULATION, scale=np.full(got[0].shape, 4.0))
+    assert_close(got[0], np.asarray(jax.jit(rnn)(*args)), DType.F32, "rnn", ACCUMULATION,
+                 scale=np.full(got[0].shape, 4.0))
 
 
 def test_the_runtimes_own_loop_runs_parts_given_views(monkeypatch):
