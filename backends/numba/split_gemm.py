@@ -35,7 +35,7 @@ from xfuse.runtime.parallel import in_worker, run_rows
 from . import handoff
 
 _F32 = np.dtype(np.float32)
-NOT, TRANSPOSED = ord("N"), ord("T")
+NOT = ord("N")  # an operand as it is; ord("T"): transposed
 COLUMNS_UNIT = 16  # a part's columns start at a multiple of 16 floats (64 bytes)
 ROWS_UNIT = 8
 
