@@ -63,7 +63,7 @@ def while_run(
     given, runs the whole loop itself (a backend's compiled loop), or returns None to leave it
     to the runtime. `owned`: the state elements the body writes in place (windows), copied
     once before the loop so no caller's array is written. A state element that is a strided
-    view (a slice a split loop's part reads, `program._read_by_parts_alone`) is copied into a
+    view (a slice a split loop's part reads, `split_loops.read_by_parts_alone`) is copied into a
     C-ordered array once, not converted by the body's kernels at every iteration."""
     constants = _constant_roots(body)
 

@@ -21,7 +21,7 @@ from xfuse.fusion import RowSplitLoops, parse_pipeline, run_pipeline
 from xfuse.compiler import compile_module, make_choice
 from xfuse.hlo import DType, Op, interpret, parse, verify
 from xfuse.runtime import parallel
-from xfuse.runtime import program as prog
+from xfuse.runtime import split_loops
 
 BATCH, FEATURES, HIDDEN, STEPS = 16, 32, 128, 6  # 16 x 128 x 128: 2**18 multiply-adds a step
 
@@ -142,7 +142,7 @@ def test_a_small_loop_and_one_part_stay_whole():
 
 def test_the_parts_run_at_once_on_two_threads(monkeypatch):
     parallel.set_num_threads(2)
-    threads, real = [], prog.run_each
+    threads, real = [], split_loops.run_each
 
     def run_each(fns):
         def traced(fn):
@@ -153,7 +153,7 @@ def test_the_parts_run_at_once_on_two_threads(monkeypatch):
 
         real([traced(fn) for fn in fns])
 
-    monkeypatch.setattr(prog, "run_each", run_each)
+    monkeypatch.setattr(split_loops, "run_each", run_each)
     try:
         args = arguments()
         got = np.asarray(xfuse.jit(rnn)(*args))
@@ -265,8 +265,8 @@ def test_a_split_rnns_parts_copy_their_own_inputs_and_write_their_own_results(mo
         (parts,) = [s for s in steps if "while" in s.label]
         assert "by each part" in parts.label and parts.run.gather is not None
         got = [np.asarray(compiled(*args)) for _ in range(2)]
-        monkeypatch.setattr(prog, "_read_by_parts_alone", lambda program: set())
-        monkeypatch.setattr(prog, "_gathered", lambda program, at, built: None)
+        monkeypatch.setattr(split_loops, "read_by_parts_alone", lambda program: set())
+        monkeypatch.setattr(split_loops, "gathered", lambda program, at, built: None)
         plain = xfuse.jit(rnn, backend=backend).lower(*args).compile()
         assert any(s.label == "concatenate" for s in plain.executable.steps)
         want = np.asarray(plain(*args))
@@ -310,10 +310,10 @@ def test_only_views_the_parts_alone_read_are_left_views():
                 for k in range(2)]
     loops = [_loop_step("a", [3, 2, 8], 5), _loop_step("b", [4, 2, 8], 6)]
     program = {"steps": [slice_step, zeros, sort, *elements, *loops], "results": [5, 6]}
-    assert prog._read_by_parts_alone(program) == {0, 1}  # never the sort: it makes no views
+    assert split_loops.read_by_parts_alone(program) == {0, 1}  # never the sort: it makes no views
     other = {"op": "kernel", "name": "k", "inputs": [4], "outputs": [7]}
-    assert prog._read_by_parts_alone({**program, "steps": [*program["steps"], other]}) == {1}
-    assert prog._read_by_parts_alone({**program, "results": [5, 6, 2]}) == {0}
+    assert split_loops.read_by_parts_alone({**program, "steps": [*program["steps"], other]}) == {1}
+    assert split_loops.read_by_parts_alone({**program, "results": [5, 6, 2]}) == {0}
     alone = [slice_step, zeros, *elements, _loop_step("a", [3, 2], 5), _loop_step("b", [4, 2], 6)]
     alone[-1]["computations"] = ["cond2", "body2"]  # two loops, not the parts of one
-    assert prog._read_by_parts_alone({"steps": alone, "results": [5, 6]}) == set()
+    assert split_loops.read_by_parts_alone({"steps": alone, "results": [5, 6]}) == set()
