@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .executable import Executable, _root
+from .pool import c_ordered
 
 
 def nested_programs(step: dict) -> Iterator[dict]:
@@ -72,10 +73,11 @@ def while_run(
             final = native(list(state))
             if final is not None:
                 return [tuple(final)]
-        state = [np.ascontiguousarray(x) if isinstance(x, np.ndarray) and not x.flags.c_contiguous else x
-                 for x in state]
+        ordered = [c_ordered(x) for x in state]
+        state = [x for x, _ in ordered]
         for k in owned:
-            state[k] = np.array(state[k], copy=True)
+            if not ordered[k][1]:  # not a copy made just now
+                state[k] = np.array(state[k], copy=True)
         while bool(condition.borrowing_call(state)[0]):
             results = body.borrowing_call(state)
             state = results if flat else list(results[0])

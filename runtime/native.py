@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .pool import c_ordered
 from .program import Kernel, walk
 
 
@@ -121,9 +122,10 @@ def loop_driver(cfn, step: dict) -> Callable:
     def run(state: list) -> list:
         init, final = [], []
         for x, kind, (dims, dtype) in zip(state, kinds, specs):
+            x, copied = c_ordered(x)
             a = np.ascontiguousarray(x, dtype).reshape(dims)
-            if kind == "owned" and not (isinstance(x, np.ndarray) and not np.may_share_memory(a, x)):
-                a = a.copy()  # unless converted just now (a strided view): that copy is the loop's
+            if kind == "owned" and not copied:  # a copy made just now is the loop's to write
+                a = a.copy()
             init.append(a)
             final.append(np.empty(dims, dtype) if kind == "new" else a)
         if cfn(pointers(*[a.ctypes.data for a in init]), pointers(*[a.ctypes.data for a in final])):

@@ -74,3 +74,15 @@ class BufferPool:
 
 
 POOL = BufferPool()
+
+
+def c_ordered(x, writable: bool = False):
+    """(`x` as a C-ordered array, writable where asked; whether it is a copy made here, which no
+    one else holds). An ndarray that is not so is copied into a block of the pool: fresh pages
+    fault slowly, and the parts of a split loop copy the views of their state at each call
+    (`runtime.split_loops`). Anything else (a scalar) comes back as it is."""
+    if not isinstance(x, np.ndarray) or x.flags.c_contiguous and (x.flags.writeable or not writable):
+        return x, False
+    y = POOL.empty(x.shape, x.dtype)
+    np.copyto(y, x)
+    return y, True

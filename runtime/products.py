@@ -210,8 +210,7 @@ def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False,
         lshape, rshape = lshape[1:], rshape[1:]
     lt = None if lperm == sorted(lperm) else tuple(lperm)
     rt = None if rperm == sorted(rperm) else tuple(rperm)
-    if not own and not _large_float32(lshape, rshape, work) and not _splits(lshape, rshape, work, backend) \
-            and lt is None and rt is None:
+    if not own and not apart(lshape, rshape, work, backend) and lt is None and rt is None:
         return _numpy_dot(lshape, rshape, work)
 
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

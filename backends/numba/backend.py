@@ -4,10 +4,10 @@
 kernel's source; here the sources are compiled with numba (or loaded from the disk cache) and
 the runtime builds the executable (`xfuse.runtime.program`), where an output fusion runs its
 dot through BLAS, or on one thread through `gemm` where that is faster (on CPUs whose kernels
-use 512-bit vectors), or, from a few million multiply-adds, split over the hand-off's threads through
-`split_gemm` (where oneDNN is there and the CPU has AVX-512), and applies the epilogue kernel to
-it. f16 and bf16 values are computed in
-f32 inside kernels. A loop of kernels only runs as one numba function (`native_loop`).
+use 512-bit vectors), or, from a few million multiply-adds, split over the hand-off's threads
+through `split_gemm` (where oneDNN is there and the CPU has AVX-512), and applies the epilogue
+kernel to it. f16 and bf16 values are computed in f32 inside kernels. A loop of kernels only
+runs as one numba function (`native_loop`).
 """
 
 from __future__ import annotations

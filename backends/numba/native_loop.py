@@ -39,7 +39,7 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Computation, Op
 from xfuse.runtime import blas
 from xfuse.runtime.control import unshared
-from xfuse.runtime.pool import POOL
+from xfuse.runtime.pool import c_ordered
 from xfuse.runtime.products import HALF, macs
 from xfuse.runtime.program import Kernel, walk
 
@@ -417,19 +417,6 @@ class Driver(NamedTuple):
         return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed] + work
 
 
-def _writable(x) -> tuple[np.ndarray, bool]:
-    """A C-contiguous writable array (what numba types every value of the loop as), and
-    whether it is a copy made here: of a strided or read-only array (a slice or broadcast that
-    a part of a split loop reads, `runtime.program`), which no one else holds. The copy goes
-    into a block of the runtime's pool: fresh pages fault slowly, and a split loop's parts
-    copy a few MiB at each call."""
-    if isinstance(x, np.ndarray) and not (x.flags.c_contiguous and x.flags.writeable):
-        y = POOL.empty(x.shape, x.dtype)
-        np.copyto(y, x)
-        return y, True
-    return np.ascontiguousarray(x), False
-
-
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -501,8 +488,10 @@ def _driver(step: dict, driver: Driver, name: str) -> Callable:
     def run(state: list) -> list | None:
         if failed[0]:
             return None
-        arrays = [_writable(x) for x in state]
-        flat = [x.reshape(dims or (1,)) for (x, _), dims in zip(arrays, state_dims)]
+        # C-ordered and writable, as numba types every value of the loop; a copy made here (of
+        # a view that a part of a split loop reads) is the driver's to write
+        arrays = [c_ordered(x, writable=True) for x in state]
+        flat = [np.ascontiguousarray(x).reshape(dims or (1,)) for (x, _), dims in zip(arrays, state_dims)]
         try:
             with blas.single_threaded() if driver.one_thread else nullcontext():
                 final = fn(*driver.prepare(flat, [copied for _, copied in arrays]))
