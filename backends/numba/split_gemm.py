@@ -14,7 +14,12 @@ Measured on the AVX-512 Xeon of benchmarks/README.md (2 cores), 64x512 @ 512x102
 product of softmax_relu_64x512x1024: 212-230 us split so, against 254-292 us in OpenBLAS's two
 threads and 255-272 us through oneDNN in the runtime's pool (one part alone on one thread: 195-205
 us); the scanned RNN's 2048x256 @ 256x256 input product, 0.81-0.89 ms through the pool, saves
-the pool's hand-off too. Imports numba, numpy and llvmlite.
+the pool's hand-off too.
+
+A split needs the other core. Where another's thread keeps it, as OpenBLAS's do for about 0.12 s
+after each of the user's own numpy products, products go to numpy's BLAS for a while (`_Route`):
+a numpy 256x256 product alternating with softmax_relu 64x512x1024 took 450-520 us a pair so,
+against 660-680 us split through a worker sharing its core. Imports numba, numpy and llvmlite.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from xfuse.runtime import onednn
-from xfuse.runtime.parallel import in_worker, run_rows
+from xfuse.runtime import onednn, parallel
+from xfuse.runtime.parallel import in_worker
 
 from . import handoff
 
@@ -117,19 +122,56 @@ def _split() -> handoff.Splitter:
     return _splitter[0]
 
 
-# After a split whose worker never began its part (the caller took it back: a thread of another's
-# held the other core, as OpenBLAS's do, spinning for a while after each of the user's numpy
-# products), the parts go to the runtime's pool for this long before the hand-off is tried
-# again: the pool waits for a thread that is slow to start, where the hand-off's caller takes its
-# part back and runs it too. softmax_relu 64x512x1024 in a loop took 267-284 us (medians of four
-# processes), a part taken back in 0-1 of 2000 calls; backing off to OpenBLAS's threads instead,
-# some processes took 350-380 us, their spinning keeping the worker off the other core so that
-# most splits were taken back. Where the user's own numpy products run between the calls, their
-# OpenBLAS threads spinning, the pool is slower than they are: a numpy 256x256 product
-# alternating with softmax_relu took 667-700 us a pair, against 480-516 us backing off to
-# OpenBLAS's threads and 456-484 us with the product always there (before this module).
-BACK_OFF_S = 0.02
-_back_off = [0.0]  # until when (perf_counter)
+# Which way the products go. A worker of the hand-off's runs on the other core; where a thread
+# of another's keeps that core (OpenBLAS's, spinning for about 0.12 s after each of the user's
+# numpy products, at 2**28 cycles), the worker, or one of the runtime's pool, gets half of it:
+# softmax_relu's 64x512 @ 512x1024 took 430-450 us so, against 270-280 us in OpenBLAS's own
+# threads, the spinning one among them, and 212-233 us split with the other core free. So after
+# MISSES of the last WINDOW splits whose worker never began its part (the caller took it back),
+# products go to numpy's BLAS for `period` seconds; then the hand-off is tried again, its
+# splits judged only once OpenBLAS's threads have stopped spinning after the last of them
+# (SPIN_S): were that judged alone, OpenBLAS's own spinning would keep the products there. A
+# trial that fails again doubles the period (to PERIOD_MAX_S); one that passes resets it.
+WINDOW, MISSES = 8, 3
+PERIOD_S, PERIOD_MAX_S = 0.25, 2.0
+SPIN_S = 0.15
+# Misses closer together than this count once: the OS running something else on the other core
+# for a millisecond or so makes several at once; a spinning thread makes one at every call.
+MISS_GAP_S = 0.002
+
+
+class _Route:
+    """The state of that choice (one per process; calls hold the GIL while they change it)."""
+
+    def __init__(self) -> None:
+        self.blas_until = 0.0  # perf_counter: products go to numpy's BLAS until then
+        self.judged_from = 0.0  # splits from then on count (OpenBLAS's threads at rest)
+        self.period = PERIOD_S
+        self.trial = False  # the hand-off is on trial after a period in BLAS
+        self.outcomes: list[bool] = []  # the last WINDOW judged splits: did a worker run its part
+        self.missed = -1.0  # when the last miss counted
+
+    def judge(self, ran: bool, now: float) -> None:
+        if not ran:
+            if now - self.missed < MISS_GAP_S:
+                return  # the same stretch of the other core's being held: one miss
+            self.missed = now
+        self.outcomes = [*self.outcomes[1 - WINDOW:], ran]
+        if self.outcomes.count(False) >= MISSES:
+            if self.trial:
+                self.period = min(2 * self.period, PERIOD_MAX_S)
+            self.blas_until, self.trial, self.outcomes = now + self.period, True, []
+        elif self.trial and len(self.outcomes) == WINDOW:
+            self.trial, self.period = False, PERIOD_S
+
+
+_route = _Route()
+
+
+def _in_blas(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out = a @ b in numpy's BLAS, on its own threads."""
+    parallel.quiet()  # no worker of xfuse's spinning beside them
+    np.matmul(a, b, out=out)
 
 
 @functools.cache
@@ -144,8 +186,9 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     hand-off's threads by columns (or rows, where M > N), each part through oneDNN; False
     (nothing written) where oneDNN is not there, an operand is not one oneDNN reads (rows or
     columns of contiguous floats, `onednn.layout`; `out` rows), the result overlaps an operand,
-    or the hand-off cannot split now (one thread, or inside another split). Where a split's
-    worker did not take its part lately, the parts go to the runtime's pool (`BACK_OFF_S`)."""
+    or the hand-off cannot split now (one thread, or inside another split). Where the splits'
+    workers have lately not taken their parts, numpy's BLAS runs the product for a while
+    (`_Route`)."""
     if in_worker():  # a part of a split already (a block of attention's, a part of a split loop)
         return False
     calls = onednn.addresses()
@@ -165,14 +208,17 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
     args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
             out.ctypes.data, ldc)
-    if time.perf_counter() < _back_off[0]:
-        run_rows(lambda start, end: sgemm_part(start, end, *args), units)
+    now = time.perf_counter()
+    route = _route
+    if now < route.blas_until:
+        route.judged_from = now + SPIN_S
+        _in_blas(a, b, out)
         return True
     served = handoff.served()
     if not _split()(args, units):
         return False
-    if handoff.served() == served:  # every part ran here: the other core is someone else's for now
-        _back_off[0] = time.perf_counter() + BACK_OFF_S
+    if now >= route.judged_from:
+        route.judge(handoff.served() != served, now)
     return True
 
 

@@ -1,7 +1,9 @@
 """Products split over the hand-off's threads through oneDNN (`backends.numba.split_gemm`): they
 agree with float64 products on every layout oneDNN reads, split by columns or by rows with
 remainders; special values follow IEEE as numpy's BLAS does; parts really run on a worker; a
-failed oneDNN call raises; it declines what it does not take without writing; and the runtime
+failed oneDNN call raises; after splits whose worker did not take its part, products go to
+numpy's BLAS for a period that doubles while trials fail, and back to the hand-off once one
+passes; it declines what it does not take without writing; and the runtime
 sends it exactly the products `products._splits` names, the epilogue after it then free to split
 where the threads watch (softmax(relu(x @ w + b)) at 64x512 @ 512x1024 end to end)."""
 
@@ -25,11 +27,11 @@ F32 = np.dtype(np.float32)
 
 @pytest.fixture
 def two_threads(monkeypatch):
-    """Two threads, and no backing off after a split whose worker did not take its part (on a
-    busy machine it may not): each split here is tried (see `test_it_backs_off_...`)."""
+    """Two threads, and no turning to numpy's BLAS after splits whose worker did not take its
+    part (on a busy machine it may not): each split here is tried (see `test_route_...`)."""
     assert onednn.addresses() is not None, "oneDNN did not load"
-    monkeypatch.setattr(split_gemm, "BACK_OFF_S", 0.0)
-    monkeypatch.setattr(split_gemm, "_back_off", [0.0])
+    monkeypatch.setattr(split_gemm, "MISSES", split_gemm.WINDOW + 1)
+    monkeypatch.setattr(split_gemm, "_route", split_gemm._Route())
     parallel.set_num_threads(2)
     yield
     parallel.set_num_threads(None)
@@ -108,22 +110,87 @@ def test_a_worker_runs_parts(two_threads):
     _assert_product(out, a, b)
 
 
-def test_it_backs_off_to_the_runtimes_pool_after_a_split_whose_worker_did_not_take_its_part(monkeypatch,
-                                                                                             two_threads):
-    monkeypatch.setattr(split_gemm, "BACK_OFF_S", 60.0)
-    monkeypatch.setattr(handoff, "served", lambda: 7)  # as if no worker ran a part
+class _Clock:
+    """time.perf_counter as the test sets it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def routed(monkeypatch, two_threads):
+    """split_f32 with the route's rule as it is, a clock the test moves, workers that never
+    take a part (`handoff.served` stays), and a list of where each product went."""
+    monkeypatch.setattr(split_gemm, "MISSES", 3)
+    monkeypatch.setattr(split_gemm, "MISS_GAP_S", 2.0**-9)  # times below exact in binary
+    clock = _Clock()
+    monkeypatch.setattr(split_gemm, "time", clock)
+    monkeypatch.setattr(handoff, "served", lambda: 7)
     through = []
-    real_split, real_rows = split_gemm._split, split_gemm.run_rows
+    real_split, real_blas = split_gemm._split, split_gemm._in_blas
     monkeypatch.setattr(split_gemm, "_split", lambda: through.append("hand-off") or real_split())
-    monkeypatch.setattr(split_gemm, "run_rows", lambda fn, rows: through.append("pool") or real_rows(fn, rows))
+    monkeypatch.setattr(split_gemm, "_in_blas", lambda a, b, out: through.append("blas") or real_blas(a, b, out))
     a, b = _operand(64, 512, "N"), _operand(512, 1024, "N")
-    for _ in range(3):
+
+    def product(advance: float) -> str:
+        clock.now += advance
         out = np.zeros((64, 1024), np.float32)
         assert split_gemm.split_f32(a, b, out)
         _assert_product(out, a, b)
-    assert through == ["hand-off", "pool", "pool"]  # then backing off
-    split_gemm._back_off[0] = 0.0  # the time is up
-    assert split_gemm.split_f32(a, b, out) and through[-1] == "hand-off"
+        return through[-1]
+
+    return product, clock
+
+
+def test_route_turns_to_numpys_blas_after_misses_then_tries_the_hand_off_again(routed):
+    product, clock = routed
+    gap = split_gemm.MISS_GAP_S
+    assert [product(gap) for _ in range(3)] == ["hand-off"] * 3  # three misses: the third turns
+    route = split_gemm._route
+    assert route.blas_until == pytest.approx(clock.now + split_gemm.PERIOD_S) and route.trial
+    assert product(2.0**-6) == "blas" and route.judged_from == clock.now + split_gemm.SPIN_S
+    assert product(split_gemm.PERIOD_S - 2.0**-5) == "blas"  # the last of the period
+    assert product(2.0**-5) == "hand-off"  # the period is over
+    assert route.outcomes == [] and clock.now < route.judged_from  # BLAS's threads may spin yet: not judged
+    clock.now = route.judged_from
+    assert [product(gap) for _ in range(3)] == ["hand-off"] * 3  # judged: the trial fails
+    assert route.period == 2 * split_gemm.PERIOD_S and product(0.0) == "blas"
+
+
+def test_route_counts_misses_close_together_once(routed):
+    product, clock = routed
+    for _ in range(6):
+        assert product(split_gemm.MISS_GAP_S / 4) == "hand-off"
+    assert split_gemm._route.outcomes == [False, False]  # 1.5 gaps: two misses counted
+    assert product(split_gemm.MISS_GAP_S) == "hand-off" and product(0.0) == "blas"
+
+
+def test_route_period_doubles_to_its_limit_and_a_passing_trial_resets_it():
+    route, now = split_gemm._Route(), 0.0
+    route.trial = True
+    periods = []
+    for _ in range(8):
+        for _ in range(split_gemm.MISSES):
+            now += split_gemm.MISS_GAP_S
+            route.judge(False, now)
+        periods.append(route.period)
+        assert route.blas_until == pytest.approx(now + route.period) and route.outcomes == []
+    assert periods[:3] == [2 * split_gemm.PERIOD_S, 4 * split_gemm.PERIOD_S, 8 * split_gemm.PERIOD_S]
+    assert max(periods) == periods[-1] == split_gemm.PERIOD_MAX_S
+    for i in range(split_gemm.WINDOW):  # a worker runs every part: the trial passes at WINDOW
+        assert route.trial
+        route.judge(True, now + i)
+    assert not route.trial and route.period == split_gemm.PERIOD_S
+    route.judge(False, now + 100)  # misses among passes: a window of WINDOW, MISSES of them turn
+    for i in range(split_gemm.WINDOW - split_gemm.MISSES):
+        route.judge(True, now + 101 + i)
+    route.judge(False, now + 200)
+    assert route.blas_until < now + 200  # two misses in the window: not yet
+    route.judge(False, now + 201)
+    assert route.blas_until == pytest.approx(now + 201 + split_gemm.PERIOD_S) and route.period == split_gemm.PERIOD_S
 
 
 def test_a_failed_onednn_call_raises():
