@@ -192,6 +192,9 @@ def _tile(mr: int, nv: int):
 
 
 tile = _tile(MR, NV)
+# 8 rows by 32 columns, 16 accumulators: the products of a loop's few rows by a right side the
+# loop keeps (`loop_kernels.packed_matmul`).
+tile_8x32 = _tile(8, 2)
 
 
 @intrinsic
@@ -429,4 +432,4 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-__all__ = ["ENABLED", "KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "transpose16"]
+__all__ = ["ENABLED", "KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "tile_8x32", "transpose16"]

@@ -45,7 +45,8 @@ from xfuse.runtime.program import Kernel, walk
 
 from . import cache
 from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
-from .loop_kernels import put_window, small_matmul, small_matmul_t, small_matmul_t_rest
+from . import gemm
+from .loop_kernels import PANEL, ROWS, packed_matmul, panels, put_window, small_matmul, small_matmul_t, small_matmul_t_rest
 from .kernels import write_kernel
 from .mathlib.core import SCALEF as AVX512
 from .pipeline import DriverCompiler, KernelCompiler, callee_form
@@ -79,6 +80,14 @@ def _matrix_product(d: dict) -> bool:
     """A dot the driver can hand to numba's np.dot: matrix times matrix, float32 or float64."""
     return len(d["lhs"]) == 2 and len(d["rhs"]) == 2 and d["contracting"] == [[1], [0]] \
         and d["batch"] == [[], []] and d["dtype"] in ("float32", "float64")
+
+
+def _packs(d: dict) -> bool:
+    """Whether a small product by a right side the loop keeps goes through `packed_matmul`: where
+    kernels use 512-bit vectors (`gemm.ENABLED`), float32, rows a multiple of 8 and columns of
+    32 (the scanned RNN's parts, 8x256 @ 256x256)."""
+    (m, _), n = d["lhs"], d["rhs"][1]
+    return gemm.ENABLED and d["dtype"] == "float32" and m % ROWS == 0 and n % PANEL == 0
 
 
 def _contiguous(dims, update_dims) -> bool:
@@ -188,6 +197,7 @@ class _Writer:
         self.identity: list[str] = []  # what each called kernel computes, for the cache key
         self.invariant: dict[str, int] = {}  # body values that are loop-invariant state: index
         self.transposed: set[int] = set()  # invariant state the driver transposes before the loop
+        self.packed: set[int] = set()  # invariant state packed into panels before the loop
         self.scratch: list[tuple] = []  # the work buffers w<k>: (dims, dtype, two of them)
         self.escaping: set[str] = set()  # body values that may become state (see buffer)
         self.by_turns = True  # whether those may use two buffers by turns
@@ -287,6 +297,10 @@ class _Writer:
         (m, k), n = d["lhs"], d["rhs"][1]
         if m * n * k > SMALL_DOT:
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
+        elif rhs in self.invariant and _packs(d):
+            state = self.invariant[rhs]
+            self.packed.add(state)
+            self.emit(indent, f"packed_matmul({lhs}, {rhs}, p{state}, {out})")
         elif self.one_thread and m * n * k >= BLAS_DOT_MIN and m >= BLAS_ROWS_MIN:
             self.blas_dots += 1
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
@@ -373,16 +387,16 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     # The copies of the state the body writes in place and the transposes of invariant right
     # sides are made by numpy before the call (`prepare`): in numba they cost a compile each
     # (a transposed array's ascontiguousarray, 0.3-0.5 s) for work done once.
-    owned, transposed = sorted(writer.owned), sorted(writer.transposed)
+    owned, transposed, packed = sorted(writer.owned), sorted(writer.transposed), sorted(writer.packed)
     arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))]
-                          + [f"t{k}" for k in transposed]
+                          + [f"t{k}" for k in transposed] + [f"p{k}" for k in packed]
                           + [w for k, (_, _, turns) in enumerate(writer.scratch)
                              for w in ([f"w{k}_0", f"w{k}_1"] if turns else [f"w{k}"])])
     header = f"def {name}({arguments}):"
     footer = f"    return ({state}{',' if n == 1 else ''})"
     source = "\n".join([header, *writer.lines, footer]) + "\n"
     return Driver(source, writer.used, writer.constants, writer.identity, owned, transposed, writer.scratch,
-                  writer.blas_dots > 0)
+                  writer.blas_dots > 0, packed)
 
 
 def _products(step: dict) -> list[dict]:
@@ -395,7 +409,7 @@ def _products(step: dict) -> list[dict]:
 class Driver(NamedTuple):
     """A loop's driver: its source, the kernels it calls by global name, the constant arrays
     it takes, what each of those kernels computes, the state elements `prepare` copies
-    (the body writes them in place) and transposes (invariant right sides of products), and
+    (the body writes them in place), transposes and packs (invariant right sides of products), and
     its work buffers (`_Writer.buffer`)."""
 
     source: str
@@ -406,6 +420,7 @@ class Driver(NamedTuple):
     transposed: list
     scratch: list
     one_thread: bool = False  # runs with BLAS on one thread (its small products are BLAS's)
+    packed: list = []  # invariant right sides packed into panels (`loop_kernels.panels`)
 
     def prepare(self, flat: list, fresh: list) -> list:
         """The driver's arguments from the loop state (C-contiguous, writable; `fresh`: which
@@ -414,7 +429,8 @@ class Driver(NamedTuple):
         a result keeps no other buffer alive)."""
         flat = [x.copy() if k in self.owned and not fresh[k] else x for k, x in enumerate(flat)]
         work = [np.empty(dims, dtype) for dims, dtype, turns in self.scratch for _ in range(1 + turns)]
-        return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed] + work
+        return flat + self.constants + [np.ascontiguousarray(flat[k].T) for k in self.transposed] \
+            + [panels(flat[k]) for k in self.packed] + work
 
 
 def _digest(text: str) -> str:
@@ -428,7 +444,7 @@ def _digest(text: str) -> str:
 # runtime, should the loop fall back to it. The driver is called from Python only.
 DRIVER = {"error_model": "numpy", "nogil": True, "no_cfunc_wrapper": True}
 HELPERS = {fn.py_func.__name__: callee_form(fn)
-           for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, put_window)}
+           for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, packed_matmul, put_window)}
 
 
 def _identified(identity: list[str]) -> bool:

@@ -309,11 +309,13 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
 
     from xfuse.runtime import blas
 
+    from xfuse.backends.numba.loop_kernels import PANEL
     from xfuse.backends.numba.native_loop import BLAS_DOT_MIN, BLAS_ROWS_MIN, SMALL_DOT
 
-    # 64x128 @ 128x128: past BLAS_DOT_MIN and BLAS_ROWS_MIN whatever the CPU, and small
-    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=64, hidden=128))
-    assert BLAS_DOT_MIN <= 64 * 128 * 128 <= SMALL_DOT and BLAS_ROWS_MIN <= 64
+    # 64x120 @ 120x120: past BLAS_DOT_MIN and BLAS_ROWS_MIN whatever the CPU, small, and not
+    # columns in whole panels of 32 (`_packs`: those go through packed_matmul)
+    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=64, hidden=120))
+    assert BLAS_DOT_MIN <= 64 * 120 * 120 <= SMALL_DOT and BLAS_ROWS_MIN <= 64 and 120 % PANEL
     xs[1, 2, 3], xs[2, 0, 0], xs[3, 1, 1], xs[4, 5, :] = np.nan, np.inf, -np.inf, -0.0
     with jax.enable_x64(dtype == np.float64):
         module = traced(rnn, xs, wx, wh, b)
@@ -346,14 +348,15 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
 @pytest.mark.parametrize("rows_min", [1, 64])
 def test_where_small_products_go_follows_the_cpus_rule(rows_min, monkeypatch):
     """BLAS_ROWS_MIN depends on the CPU (1 with AVX-512, 64 without); both settings are tried
-    here whatever the host: 8x64 @ 64x64 goes to BLAS at the first and to the driver's loops at
-    the second, and the results agree with jax.jit either way."""
+    here whatever the host: 8x48 @ 48x48 (columns not in whole panels of 32: not packed_matmul's)
+    goes to BLAS at the first and to the driver's loops at the second, and the results agree
+    with jax.jit either way."""
     import jax
 
     from xfuse.backends.numba import native_loop
 
     monkeypatch.setattr(native_loop, "BLAS_ROWS_MIN", rows_min)
-    xs, wx, wh, b = rnn_inputs(steps=6, batch=8, hidden=64)
+    xs, wx, wh, b = rnn_inputs(steps=6, batch=8, hidden=48)
     xs[2, 1, 5] = np.nan
     module = traced(rnn, xs, wx, wh, b)
     lowered, drivers = drivers_of(module)
@@ -375,12 +378,12 @@ def test_a_loop_with_a_large_product_keeps_its_small_ones_in_its_own_loops():
     def two_products(h, wh, p, m):
         def body(i, state):
             h, p = state
-            return jnp.tanh(h @ wh), p @ m  # 8x64 @ 64x64 (small), 256x256 @ 256x256 (large)
+            return jnp.tanh(h @ wh), p @ m  # 8x48 @ 48x48 (small, not packed), 256x256 @ 256x256 (large)
 
         return lax.fori_loop(0, 3, body, (h, p))
 
     rng = np.random.default_rng(7)
-    h, wh = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32) / 8
+    h, wh = rng.standard_normal((8, 48)).astype(np.float32), rng.standard_normal((48, 48)).astype(np.float32) / 8
     p, m = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32) / 16
     module = traced(two_products, h, wh, p, m)
     lowered, drivers = drivers_of(module)
@@ -391,6 +394,76 @@ def test_a_loop_with_a_large_product_keeps_its_small_ones_in_its_own_loops():
     want = jax.tree_util.tree_leaves(jax.jit(two_products)(h, wh, p, m))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m, k, n", [(8, 256, 256), (16, 37, 64), (24, 1, 32), (8, 300, 96), (8, 0, 32)])
+def test_packed_products_match_float64_with_special_values(m, k, n):
+    """packed_matmul through its tiles (rows in eights, columns in panels of 32, any contracting
+    length, the contracting dimension in one block): within k roundings of the float64 product;
+    NaN, infinities and signed zeros as IEEE has them."""
+    from xfuse.backends.numba.loop_kernels import packed_matmul, panels
+
+    rng = np.random.default_rng(m * 1000 + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    if k > 3:
+        a[1, 2], a[2, 0], b[3, 5], a[3, :] = np.nan, np.inf, -np.inf, -0.0
+        b[:, 7] = -0.0  # with a[3] all -0.0: -0.0 * -0.0 sums to +0.0; a row of zeros times finite: +-0
+    out = np.full((m, n), 7.0, np.float32)
+    packed_matmul(a, b, panels(b), out)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        size = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    finite = np.isfinite(want)
+    assert np.array_equal(np.isnan(out), np.isnan(want)) and np.array_equal(out[~finite & ~np.isnan(want)],
+                                                                          want[~finite & ~np.isnan(want)])
+    bound = (k + 1) * 2.0**-24 * size[finite] + 2.0**-126
+    assert (np.abs(out[finite] - want[finite]) <= bound).all()
+    zeros = (want == 0) & finite
+    assert np.array_equal(np.signbit(out[zeros]), np.signbit(want[zeros]))  # as numpy's BLAS, in float64
+
+
+def test_packed_products_fall_back_where_the_tiles_do_not_take_them():
+    """Rows not a multiple of 8, rows of the left side or the result not contiguous, float64:
+    the driver's own loops (`small_matmul`), the same numbers as numpy's product up to rounding."""
+    from xfuse.backends.numba.loop_kernels import packed_matmul, panels
+
+    rng = np.random.default_rng(3)
+    b = rng.standard_normal((16, 64)).astype(np.float32)
+    cases = [(rng.standard_normal((5, 16)).astype(np.float32), np.zeros((5, 64), np.float32)),
+             (rng.standard_normal((8, 32)).astype(np.float32)[:, ::2], np.zeros((8, 64), np.float32)),
+             (rng.standard_normal((8, 16)).astype(np.float32), np.zeros((8, 128), np.float32)[:, ::2])]
+    for a, out in cases:
+        packed_matmul(a, b, panels(b), out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    a64, b64 = rng.standard_normal((8, 16)), rng.standard_normal((16, 64))
+    out64 = np.zeros((8, 64))
+    packed_matmul(a64, b64, panels(b64), out64)
+    np.testing.assert_allclose(out64, a64 @ b64, rtol=1e-12)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_loop_packs_its_right_side_once_where_kernels_use_512_bit_vectors(enabled, monkeypatch):
+    """An invariant right side of a float32 product with rows in eights and columns in panels
+    of 32 is packed before the loop and multiplied by packed_matmul (gemm.ENABLED: where
+    kernels use 512-bit vectors; set either way here, as the tile computes the same anywhere);
+    elsewhere the products stay where they went. Special values flow as in jax.jit."""
+    import jax
+
+    from xfuse.backends.numba import gemm
+
+    monkeypatch.setattr(gemm, "ENABLED", enabled)
+    xs, wx, wh, b = rnn_inputs(steps=6, batch=16, hidden=64)
+    xs[1, 2, 3], xs[2, 0, 0], xs[3, 1, 1], xs[4, 5, :] = np.nan, np.inf, -np.inf, -0.0
+    module = traced(rnn, xs, wx, wh, b)
+    lowered, drivers = drivers_of(module)
+    (driver,) = drivers.values()
+    assert ("packed_matmul(" in driver.fn.source) == enabled
+    assert (len(driver.fn.driver.packed) == 1) == enabled and not driver.fn.driver.transposed
+    got = compile_module(module)([xs, wx, wh, b])
+    want = jax.tree_util.tree_leaves(jax.jit(rnn)(xs, wx, wh, b))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("m, k, n", [(5, 7, 3), (4, 16, 2), (1, 1, 1), (9, 3, 6)])
