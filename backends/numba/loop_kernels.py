@@ -137,6 +137,21 @@ def put_window(target, update, starts, target_dims, update_dims):
             target[offset + j] = update[base + j]
 
 
+@numba.njit(nogil=True, error_model="numpy", cache=False)
+def _plain_matmul(a, b, out):
+    """out = a @ b one sum at a time: packed_matmul's way for operands its tiles do not take
+    (not C-ordered float32), compiled only for those (small_matmul would add 0.4 s to a driver's
+    compile)."""
+    m, k = a.shape
+    n = b.shape[1]
+    for i in range(m):
+        for j in range(n):
+            total = out.dtype.type(0)
+            for p in range(k):
+                total += a[i, p] * b[p, j]
+            out[i, j] = total
+
+
 def panels(b):
     """The right side (K, N) of a product as `packed_matmul` reads it: N / PANEL panels of K rows
     of PANEL floats each, one after another (made by numpy, once before the loop)."""
@@ -153,21 +168,18 @@ def _tiles(a, b, p, out):  # packed_matmul's body, chosen by the operands' types
 @overload(_tiles, inline="always")
 def _tiles_for(a, b, p, out):
     tiled = all(isinstance(x, types.Array) and x.dtype == types.float32 and x.ndim == n
-                for x, n in ((a, 2), (b, 2), (p, 3), (out, 2)))
+                for x, n in ((a, 2), (b, 2), (p, 3), (out, 2))) and a.layout == out.layout == p.layout == "C"
     if not tiled:
-        return lambda a, b, p, out: small_matmul(a, b, out)
+        return lambda a, b, p, out: _plain_matmul(a, b, out)
 
     def run(a, b, p, out):
         m, k = a.shape
-        if m % ROWS or a.strides[1] != 4 or out.strides[1] != 4 or out.shape[1] != p.shape[0] * PANEL \
-                or p.shape[1] != k or p.shape[2] != PANEL:
-            small_matmul(a, b, out)
-            return
-        lda = a.strides[0] // 4
-        ldc = out.strides[0] // 4
+        if m % ROWS or out.shape[0] != m or out.shape[1] != p.shape[0] * PANEL or p.shape[1] != k \
+                or p.shape[2] != PANEL:
+            raise ValueError("packed_matmul: operands of shapes its tiles do not take")
         for q in range(p.shape[0]):
             for i in range(0, m, ROWS):
-                gemm.tile_8x32(a, i * lda, lda, p, q * k * PANEL, PANEL, out, i * ldc + q * PANEL, ldc, k, 0)
+                gemm.tile_8x32(a, i * k, k, p, q * k * PANEL, PANEL, out, i * out.shape[1] + q * PANEL, out.shape[1], k, 0)
 
     return run
 
@@ -177,6 +189,7 @@ def packed_matmul(a, b, p, out):
     """out = a @ b for float32 matrices, `p` being `b` as `panels` packs it: tiles of 8 rows by
     32 columns in registers, each result one chain of fused multiply-adds along the
     contracting dimension, as `gemm`'s. 8x256 @ 256x256 took 6.6 us so, against 7.9 us in
-    numba's np.dot (OpenBLAS, one thread); 16x256 @ 256x256 12.2 against 25.6 us. Rows not a
-    multiple of 8, rows of `a` or `out` not contiguous, or other types: `small_matmul`."""
+    numba's np.dot (OpenBLAS, one thread); 16x256 @ 256x256 12.2 against 25.6 us. Operands not
+    C-ordered float32 go through `_plain_matmul`; rows not a multiple of 8 (or shapes that do
+    not fit) raise ValueError."""
     _tiles(a, b, p, out)

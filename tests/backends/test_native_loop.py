@@ -424,14 +424,15 @@ def test_packed_products_match_float64_with_special_values(m, k, n):
 
 
 def test_packed_products_fall_back_where_the_tiles_do_not_take_them():
-    """Rows not a multiple of 8, rows of the left side or the result not contiguous, float64:
-    the driver's own loops (`small_matmul`), the same numbers as numpy's product up to rounding."""
+    """Operands not C-ordered (the left side's rows or the result's strided) or float64: one sum
+    at a time (`_plain_matmul`), the same numbers as numpy's product up to rounding. Rows not a
+    multiple of 8 in C-ordered float32 (the driver never passes them): ValueError, nothing written
+    past the result."""
     from xfuse.backends.numba.loop_kernels import packed_matmul, panels
 
     rng = np.random.default_rng(3)
     b = rng.standard_normal((16, 64)).astype(np.float32)
-    cases = [(rng.standard_normal((5, 16)).astype(np.float32), np.zeros((5, 64), np.float32)),
-             (rng.standard_normal((8, 32)).astype(np.float32)[:, ::2], np.zeros((8, 64), np.float32)),
+    cases = [(rng.standard_normal((8, 32)).astype(np.float32)[:, ::2], np.zeros((8, 64), np.float32)),
              (rng.standard_normal((8, 16)).astype(np.float32), np.zeros((8, 128), np.float32)[:, ::2])]
     for a, out in cases:
         packed_matmul(a, b, panels(b), out)
@@ -440,6 +441,10 @@ def test_packed_products_fall_back_where_the_tiles_do_not_take_them():
     out64 = np.zeros((8, 64))
     packed_matmul(a64, b64, panels(b64), out64)
     np.testing.assert_allclose(out64, a64 @ b64, rtol=1e-12)
+    whole = np.zeros((6, 64), np.float32)
+    with pytest.raises(ValueError, match="packed_matmul"):
+        packed_matmul(rng.standard_normal((5, 16)).astype(np.float32), b, panels(b), whole[:5])
+    assert not whole.any()
 
 
 @pytest.mark.parametrize("enabled", [True, False])
