@@ -164,8 +164,8 @@ def _tile(mr: int, nv: int):
             line = builder.select(builder.icmp_signed("<", d, ir.Constant(_I64, mr * nv - 1)), d,
                                   ir.Constant(_I64, mr * nv - 1))
             row, vector = builder.udiv(line, ir.Constant(_I64, nv)), builder.urem(line, ir.Constant(_I64, nv))
-            _prefetch_for_write(builder, builder.gep(base_c, [builder.add(builder.mul(row, ldc_),
-                                                                          builder.mul(vector, ir.Constant(_I64, LANES)))]))
+            offset = builder.add(builder.mul(row, ldc_), builder.mul(vector, ir.Constant(_I64, LANES)))
+            _prefetch_for_write(builder, builder.gep(base_c, [offset]))
             new = []
             for r in range(mr):
                 x = builder.load(builder.gep(rows_a[r], [d]), align=4)
@@ -432,4 +432,5 @@ def gemm_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-__all__ = ["ENABLED", "KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "tile_8x32", "transpose16"]
+__all__ = ["ENABLED", "KC", "LANES", "MR", "NR", "NV", "copy16", "driver_text", "gemm_f32", "takes", "tile", "tile_8x32",
+           "transpose16"]

@@ -8,6 +8,7 @@ file's source (`cache._KEYED_SOURCES`): a changed helper recompiles the cached d
 from __future__ import annotations
 
 import numba
+import numpy as np
 from numba.core import types
 from numba.extending import overload
 
@@ -155,8 +156,6 @@ def _plain_matmul(a, b, out):
 def panels(b):
     """The right side (K, N) of a product as `packed_matmul` reads it: N / PANEL panels of K rows
     of PANEL floats each, one after another (made by numpy, once before the loop)."""
-    import numpy as np
-
     k, n = b.shape
     return np.ascontiguousarray(b.reshape(k, n // PANEL, PANEL).transpose(1, 0, 2), dtype=np.float32)
 
@@ -177,9 +176,10 @@ def _tiles_for(a, b, p, out):
         if m % ROWS or out.shape[0] != m or out.shape[1] != p.shape[0] * PANEL or p.shape[1] != k \
                 or p.shape[2] != PANEL:
             raise ValueError("packed_matmul: operands of shapes its tiles do not take")
+        n = out.shape[1]
         for q in range(p.shape[0]):
             for i in range(0, m, ROWS):
-                gemm.tile_8x32(a, i * k, k, p, q * k * PANEL, PANEL, out, i * out.shape[1] + q * PANEL, out.shape[1], k, 0)
+                gemm.tile_8x32(a, i * k, k, p, q * k * PANEL, PANEL, out, i * n + q * PANEL, n, k, 0)
 
     return run
 

@@ -43,10 +43,10 @@ from xfuse.runtime.pool import c_ordered
 from xfuse.runtime.products import HALF, macs
 from xfuse.runtime.program import Kernel, walk
 
-from . import cache
+from . import cache, gemm
 from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
-from . import gemm
-from .loop_kernels import PANEL, ROWS, packed_matmul, panels, put_window, small_matmul, small_matmul_t, small_matmul_t_rest
+from .loop_kernels import (PANEL, ROWS, packed_matmul, panels, put_window, small_matmul, small_matmul_t,
+                           small_matmul_t_rest)
 from .kernels import write_kernel
 from .mathlib.core import SCALEF as AVX512
 from .pipeline import DriverCompiler, KernelCompiler, callee_form
@@ -408,8 +408,8 @@ def _products(step: dict) -> list[dict]:
 
 class Driver(NamedTuple):
     """A loop's driver: its source, the kernels it calls by global name, the constant arrays
-    it takes, what each of those kernels computes, the state elements `prepare` copies
-    (the body writes them in place), transposes and packs (invariant right sides of products), and
+    it takes, what each of those kernels computes, the state elements `prepare` copies (the
+    body writes them in place), transposes and packs (invariant right sides of products), and
     its work buffers (`_Writer.buffer`)."""
 
     source: str
