@@ -56,7 +56,7 @@ def dot_plan(lhs, rhs, contracting, batch):
     return (list(lb) + lf + list(lc), (b, m, k)), (list(rb) + list(rc) + rf, (b, k, n)), (b, m, n)
 
 
-def _numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def numpy_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """numpy's matmul: BLAS, with its own threads unless `blas.single_threaded`."""
     with np.errstate(all="ignore"):  # inf * 0 is NaN, as in XLA: no warning
         np.matmul(a, b, out=out)
@@ -106,7 +106,7 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None 
         if thread(a3, b3, o3):
             return
     if sgemm is None or not _each(sgemm, a, b, out):
-        _numpy_product(a, b, out)
+        numpy_product(a, b, out)
 
 
 def _each(sgemm: Callable, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -151,7 +151,7 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
     sgemm = onednn.sgemm() if big and onednn.preferred() else None
     if not own and not big:
         quiet()  # BLAS's own threads: none of xfuse's spinning beside them
-        _numpy_product(a3, b3, o)
+        numpy_product(a3, b3, o)
         return
     with blas.single_threaded():
         if macs < SPLIT_PRODUCT_MIN:
@@ -232,7 +232,7 @@ def _numpy_dot(lshape: tuple, rshape: tuple, work: np.dtype) -> Callable:
         if a.dtype != work or b.dtype != work:
             a, b = a.astype(work, copy=False), b.astype(work, copy=False)
         quiet()
-        _numpy_product(a, b, out.reshape(oshape))
+        numpy_product(a, b, out.reshape(oshape))
 
     return dot
 
@@ -295,4 +295,4 @@ def narrow(out: np.ndarray, wide: np.ndarray) -> None:
 
 __all__ = ["BackendProducts", "HALF", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN",
            "SPLIT_PRODUCT_MIN", "apart", "block_products", "compute_dtype", "cut_rows", "dot_plan",
-           "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow"]
+           "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow", "numpy_product"]

@@ -53,10 +53,14 @@ _V = ir.VectorType(ir.FloatType(), LANES)
 _I64 = ir.IntType(64)
 
 
-def _fma_declaration(module: ir.Module) -> ir.Function:
-    name = f"llvm.fma.v{LANES}f32"
+def _declared(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    """The LLVM function `name` of `module`, declared there the first time."""
     existing = module.globals.get(name)
-    return existing if existing is not None else ir.Function(module, ir.FunctionType(_V, [_V] * 3), name)
+    return existing if existing is not None else ir.Function(module, fnty, name)
+
+
+def _fma_declaration(module: ir.Module) -> ir.Function:
+    return _declared(module, f"llvm.fma.v{LANES}f32", ir.FunctionType(_V, [_V] * 3))
 
 
 def _address(context, builder, ty, array, offset):
@@ -115,10 +119,7 @@ def _prefetch_for_write(builder, address) -> None:
     """llvm.prefetch of the line at `address` for writing, into every level of cache (a hint:
     it never faults)."""
     i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-    module = builder.module
-    fn = module.globals.get("llvm.prefetch.p0")
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+    fn = _declared(builder.module, "llvm.prefetch.p0", ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
     builder.call(fn, [builder.bitcast(address, i8p), ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
 
 

@@ -34,7 +34,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from xfuse.runtime import onednn, parallel
+from xfuse.runtime import onednn, parallel, products
 from xfuse.runtime.parallel import in_worker
 
 from . import handoff
@@ -169,9 +169,9 @@ _route = _Route()
 
 
 def _in_blas(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out = a @ b in numpy's BLAS, on its own threads."""
+    """out = a @ b in numpy's BLAS, on its own threads, as the runtime runs its products there."""
     parallel.quiet()  # no worker of xfuse's spinning beside them
-    np.matmul(a, b, out=out)
+    products.numpy_product(a, b, out)
 
 
 @functools.cache
@@ -204,16 +204,16 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     tc, ldc = onednn.layout(out)
     if ta is None or tb is None or tc != b"N" or np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
-    columns = n >= m
-    units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
-    args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
-            out.ctypes.data, ldc)
     now = time.perf_counter()
     route = _route
     if now < route.blas_until:
         route.judged_from = now + SPIN_S
         _in_blas(a, b, out)
         return True
+    columns = n >= m
+    units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
+    args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
+            out.ctypes.data, ldc)
     served = handoff.served()
     if not _split()(args, units):
         return False

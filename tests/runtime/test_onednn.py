@@ -217,13 +217,13 @@ def test_without_avx512_large_products_split_over_xfuses_threads_through_openbla
     monkeypatch.setattr(onednn, "preferred", lambda: False)
     calls = _spy(monkeypatch, sgemm)
     seen = []
-    numpy_product = prog._numpy_product
+    numpy_product = prog.numpy_product
 
     def spy(a, b, out):
         seen.append((threading.get_ident(), blas.threads(), a.shape, b.shape))
         numpy_product(a, b, out)
 
-    monkeypatch.setattr(prog, "_numpy_product", spy)
+    monkeypatch.setattr(prog, "numpy_product", spy)
     rng = np.random.default_rng(4)
     a = rng.standard_normal((512, 128)).astype(np.float32)
     b = rng.standard_normal((128, 256)).astype(np.float32)
