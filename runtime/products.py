@@ -4,8 +4,9 @@ one thread in each, a block of the batch, of the rows or of the columns each, th
 for large float32 products where it is installed and the CPU has AVX-512, or through a
 backend's own products handed in (`BackendProducts`: the numba backend's `gemm_f32` on one
 thread for those `kernel_gemm_takes`, and its `split_f32` over its own threads for the other
-products of matrices from SPLIT_PRODUCT_MIN multiply-adds, `_splits`). Also the dtypes programs
-name (`dtype`, `compute_dtype`). Imports numpy and the standard library only.
+products of matrices from SPLIT_PRODUCT_MIN multiply-adds, `_splits`, and `vector_f32` for
+vectors times matrices from VECTOR_SPLIT_MIN floats, `_vector_splits`). Also the dtypes
+programs name (`dtype`, `compute_dtype`). Imports numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ SPLIT_PRODUCT_MIN = 1 << 22
 # (softmax_relu at 64x512 @ 512x1024, 2^25, took 0.96 ms with the bound at 2^24 against
 # 0.51 ms), and oneDNN's first product in a process costs 10-50 ms of code generation.
 ONEDNN_MIN = 1 << 26
+# A vector times a matrix (M = 1) goes to a backend's split product of a vector from a matrix
+# of this many floats, with at least VECTOR_SPLIT_SIDE rows and columns: the product reads the
+# matrix once, and two threads of the numba backend's read it faster than OpenBLAS's GEMV on its
+# own two from about 2 MiB (1024x512: 19-23 against 25 us; 512x512, 1 MiB, as fast), but not
+# with few rows or columns (64x8192 18 against 17 us, 8192x64 36 against 32 us, 4096x128 27
+# against 51 us; the AVX-512 Xeon of benchmarks/README.md).
+VECTOR_SPLIT_MIN = 1 << 19
+VECTOR_SPLIT_SIDE = 128
 _F32 = np.dtype(np.float32)
 HALF = ("float16", "bfloat16")
 
@@ -89,11 +98,14 @@ class BackendProducts(NamedTuple):
     """A backend's own float32 products, each None where it has none. `thread(a3, b3, out3) ->
     bool`: a batch of products (G, M, K) @ (G, K, N) on the calling thread (`_gemm`, for those
     `kernel_gemm_takes`); `split(a, b, out) -> bool`: a product of matrices (M, K) @ (K, N)
-    split over the backend's own threads (`matmul`, for those `_splits`). Each returns False,
-    having written nothing, for operands it does not take."""
+    split over the backend's own threads (`matmul`, for those `_splits`); `vector(a, b, out) ->
+    bool`: a vector times a matrix (1, K) @ (K, N) split over them (`make_dot`, for those
+    `_vector_splits`). Each returns False, having written nothing, for operands it does not
+    take."""
 
     thread: Callable | None = None
     split: Callable | None = None
+    vector: Callable | None = None
 
 
 def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, sgemm: Callable | None = None,
@@ -170,9 +182,9 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
 
 def _splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
     """Whether a product of these (B, M, K) and (B, K, N) shapes, or (M, K) and (K, N), goes to
-    the backend's split product (`BackendProducts.split`): float32 matrices (a batch of one)
-    with at least SPLIT_PRODUCT_MIN multiply-adds, not one the backend's product for one thread
-    takes (`kernel_gemm_takes`), and XFUSE_SPLIT_PRODUCTS not 0. Large ones too: the runtime's
+    the backend's split product (`BackendProducts.split`), where XFUSE_SPLIT_PRODUCTS is not 0:
+    float32 matrices (a batch of one) with at least SPLIT_PRODUCT_MIN multiply-adds, not one the
+    backend's product for one thread takes (`kernel_gemm_takes`); large ones too: the runtime's
     pool would take 40-50 us more to hand a part over (the scanned RNN's 2048x256 @ 256x256
     input product, 0.8 ms)."""
     if backend is None or backend.split is None or work != _F32 or not blas.ENABLED:
@@ -184,10 +196,25 @@ def _splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> 
         and not (backend.thread is not None and _gemm_shape(m, k, n))
 
 
+def _vector_splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
+    """Whether a product of these (B, 1, K) and (B, K, N) shapes (a batch of one), or (1, K) and
+    (K, N), goes to the backend's split product of a vector (`BackendProducts.vector`), where
+    XFUSE_SPLIT_PRODUCTS is not 0: float32, a matrix of at least VECTOR_SPLIT_MIN floats and
+    VECTOR_SPLIT_SIDE rows and columns."""
+    if backend is None or backend.vector is None or work != _F32 or not blas.ENABLED:
+        return False
+    if len(lshape) == 3 and lshape[0] != 1:
+        return False
+    k, n = lshape[-1], rshape[-1]
+    return lshape[-2] == 1 and min(k, n) >= VECTOR_SPLIT_SIDE and k * n >= VECTOR_SPLIT_MIN
+
+
 def apart(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
     """Whether a product of these shapes runs apart from BLAS's own threads whatever `own` says
-    (`matmul`): split over xfuse's threads (`_large_float32`) or the backend's (`_splits`)."""
-    return blas.ENABLED and _large_float32(lshape, rshape, work) or _splits(lshape, rshape, work, backend)
+    (`matmul`, `make_dot`): split over xfuse's threads (`_large_float32`) or the backend's
+    (`_splits`, `_vector_splits`)."""
+    return blas.ENABLED and _large_float32(lshape, rshape, work) or _splits(lshape, rshape, work, backend) \
+        or _vector_splits(lshape, rshape, work, backend)
 
 
 def _large_float32(lshape, rshape, work: np.dtype) -> bool:
@@ -210,13 +237,29 @@ def make_dot(lhs, rhs, contracting, batch, out_dtype: str, own: bool = False,
         lshape, rshape = lshape[1:], rshape[1:]
     lt = None if lperm == sorted(lperm) else tuple(lperm)
     rt = None if rperm == sorted(rperm) else tuple(rperm)
-    if not own and not apart(lshape, rshape, work, backend) and lt is None and rt is None:
-        return _numpy_dot(lshape, rshape, work)
+    if lt is None and rt is None:
+        if _vector_splits(lshape, rshape, work, backend):
+            return _vector_dot(lshape[-1], rshape[-1], work, own, backend)
+        if not own and not apart(lshape, rshape, work, backend):
+            return _numpy_dot(lshape, rshape, work)
 
     def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         a = a.reshape(lshape) if lt is None else a.transpose(lt).reshape(lshape)
         b = b.reshape(rshape) if rt is None else b.transpose(rt).reshape(rshape)
         matmul(a, b, out, work, own, backend)
+
+    return dot
+
+
+def _vector_dot(k: int, n: int, work: np.dtype, own: bool, backend: BackendProducts) -> Callable:
+    """dot(a, b, out) for a vector times a matrix that the backend splits (`_vector_splits`),
+    handed to it straight; `matmul` where it declines."""
+    vector = backend.vector
+
+    def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        a, b, out = a.reshape(1, k), b.reshape(k, n), out.reshape(1, n)
+        if not vector(a, b, out):
+            matmul(a, b, out, work, own, backend)
 
     return dot
 
@@ -294,5 +337,5 @@ def narrow(out: np.ndarray, wide: np.ndarray) -> None:
 
 
 __all__ = ["BackendProducts", "HALF", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN",
-           "SPLIT_PRODUCT_MIN", "apart", "block_products", "compute_dtype", "cut_rows", "dot_plan",
+           "SPLIT_PRODUCT_MIN", "VECTOR_SPLIT_MIN", "VECTOR_SPLIT_SIDE", "apart", "block_products", "compute_dtype", "cut_rows", "dot_plan",
            "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow", "numpy_product"]

@@ -5,7 +5,8 @@ kernel's source; here the sources are compiled with numba (or loaded from the di
 the runtime builds the executable (`xfuse.runtime.program`), where an output fusion runs its
 dot through BLAS, or on one thread through `gemm` where that is faster (on CPUs whose kernels
 use 512-bit vectors), or, from a few million multiply-adds, split over the hand-off's threads
-through `split_gemm` (where oneDNN is there and the CPU has AVX-512), and applies the epilogue
+through `split_gemm` (where oneDNN is there and the CPU has AVX-512; a vector times a matrix of
+a few MiB through numba's loops, where kernels use 512-bit vectors), and applies the epilogue
 kernel to it. f16 and bf16 values are computed in f32 inside kernels. A loop of kernels only
 runs as one numba function (`native_loop`).
 """
@@ -20,7 +21,7 @@ from xfuse.runtime.program import Kernel, build, walk
 from .compile import compile_kernel, exact_entry, settle
 from . import handoff
 from .gemm import ENABLED as GEMM, gemm_f32
-from .split_gemm import enabled as split_enabled, split_f32
+from .split_gemm import enabled as split_enabled, split_f32, vector_f32, vectors_enabled
 from .lowering import lower
 from .native_loop import native_loops
 
@@ -35,7 +36,8 @@ def compile_module(module: Module) -> Executable:
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
     # whether oneDNN is installed is looked up (10 ms, once) only for a program with a product
-    split = split_f32 if any(s["op"] == "dot" or s.get("dot") for s in walk(lowered.program)) and split_enabled() \
-        else None
-    products = BackendProducts(thread=gemm_f32 if GEMM else None, split=split)
+    has_dot = any(s["op"] == "dot" or s.get("dot") for s in walk(lowered.program))
+    products = BackendProducts(thread=gemm_f32 if GEMM else None,
+                               split=split_f32 if has_dot and split_enabled() else None,
+                               vector=vector_f32 if has_dot and vectors_enabled() else None)
     return build(lowered.program, kernels, lowered.constants, sources, backend=products)

@@ -19,7 +19,17 @@ the pool's hand-off too.
 A split needs the other core. Where another's thread keeps it, as OpenBLAS's do for about 0.12 s
 after each of the user's own numpy products, products go to numpy's BLAS for a while (`_Route`):
 a numpy 256x256 product alternating with softmax_relu 64x512x1024 took 450-520 us a pair so,
-against 660-680 us split through a worker sharing its core. Imports numba, numpy and llvmlite.
+against 660-680 us split through a worker sharing its core.
+
+A vector times a matrix, (1, K) @ (K, N), reads the matrix once and does one multiply-add per
+float read: its time is the time to read the matrix. OpenBLAS's GEMV on its own two threads
+read batch-1's 1x2048 @ 2048x1000 (8 MiB, from the shared cache) in 164-186 us here, where two
+threads of numba's loops read it in 117-122 us. So, on CPUs whose kernels use 512-bit vectors
+(`gemm.ENABLED`), such a product is split by the matrix's rows over the hand-off's threads
+(`sgemv_part`, no oneDNN in it): each part sums its rows' share into a row of its own, eight
+rows of the matrix at a time, and the parts are added after: 134-143 us for batch-1's. Each
+part's sum is the same whichever thread runs it, so the result does not depend on the split.
+Imports numba, numpy and llvmlite.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from numba.extending import intrinsic
 from xfuse.runtime import onednn, parallel, products
 from xfuse.runtime.parallel import in_worker
 
-from . import handoff
+from . import gemm, handoff
 
 _F32 = np.dtype(np.float32)
 NOT = ord("N")  # an operand as it is; ord("T"): transposed
@@ -107,19 +117,70 @@ def sgemm_part(start, end, sgemm, get_threads, set_threads, columns, m, n, k, ta
         raise RuntimeError("dnnl_sgemm failed")
 
 
-_SIGNATURE = (types.int64,) * 17
-_splitter: list = []
+# A vector's part sums this many rows of the matrix into its row at a time: one load and store
+# of the row a step instead of eight (one row at a time: 270-280 us for batch-1's on two threads,
+# four 141-149, eight 134-148, sixteen 132-152).
+VECTOR_ROWS = 8
+
+
+@numba.njit(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
+def sgemv_part(start, end, x, w, out, parts):
+    """x @ w (x: K floats, w: K x N) over the units [start, end) of w's rows, the units being
+    len(parts) + 1 equal shares of them in order: unit 0's sum into `out`, unit u's into
+    parts[u - 1] (each N floats), VECTOR_ROWS rows at a time."""
+    k, n = w.shape
+    units = parts.shape[0] + 1
+    for u in range(start, end):
+        y = out if u == 0 else parts[u - 1]
+        lo, hi = k * u // units, k * (u + 1) // units
+        for j in range(n):
+            y[j] = 0.0
+        i = lo
+        while i + VECTOR_ROWS <= hi:
+            a0, a1, a2, a3, a4, a5, a6, a7 = x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4], x[i + 5], x[i + 6], x[i + 7]
+            w0, w1, w2, w3, w4, w5, w6, w7 = w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5], w[i + 6], w[i + 7]
+            for j in range(n):
+                y[j] += ((a0 * w0[j] + a1 * w1[j]) + (a2 * w2[j] + a3 * w3[j])) \
+                    + ((a4 * w4[j] + a5 * w5[j]) + (a6 * w6[j] + a7 * w7[j]))
+            i += VECTOR_ROWS
+        while i < hi:
+            a0, w0 = x[i], w[i]
+            for j in range(n):
+                y[j] += a0 * w0[j]
+            i += 1
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _add_parts(out, parts):
+    """out += each row of parts, in order."""
+    for p in range(parts.shape[0]):
+        part = parts[p]
+        for j in range(out.shape[0]):
+            out[j] += part[j]
+
+
+_F32_1D, _F32_2D = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
+_SIGNATURES = {sgemm_part: (types.int64,) * 17,
+               sgemv_part: (types.int64, types.int64, _F32_1D, _F32_2D, _F32_1D, _F32_2D)}
+_splitters: dict = {}
 _lock = threading.Lock()
 
 
-def _split() -> handoff.Splitter:
-    if not _splitter:
+def _split(fn=sgemm_part) -> handoff.Splitter:
+    """The hand-off's Splitter of `fn`, one of `_SIGNATURES`, compiled (or loaded from numba's
+    cache) for its one overload the first time."""
+    splitter = _splitters.get(fn)
+    if splitter is None:
         with _lock:
-            if not _splitter:
-                sgemm_part.compile(_SIGNATURE)  # (or loaded from numba's cache): the one overload
-                sgemm_part.disable_compile()
-                _splitter.append(handoff.Splitter(sgemm_part))
-    return _splitter[0]
+            splitter = _splitters.get(fn)
+            if splitter is None:
+                fn.compile(_SIGNATURES[fn])
+                fn.disable_compile()
+                if fn is sgemv_part:
+                    _add_parts.compile((_F32_1D, _F32_2D))
+                    _add_parts.disable_compile()
+                splitter = _splitters[fn] = handoff.Splitter(fn)
+    return splitter
 
 
 # Which way the products go. A worker of the hand-off's runs on the other core; where a thread
@@ -176,9 +237,66 @@ def _in_blas(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 @functools.cache
 def enabled() -> bool:
-    """Whether the numba backend splits products here: the hand-off is on, and oneDNN is
-    preferred (the CPU has AVX-512, `onednn.preferred`) and installed."""
+    """Whether the numba backend splits products of matrices here: the hand-off is on, and
+    oneDNN is preferred (the CPU has AVX-512, `onednn.preferred`) and installed."""
     return handoff.ENABLED and onednn.preferred() and onednn.installed()
+
+
+def vectors_enabled() -> bool:
+    """Whether it splits a vector times a matrix here (`sgemv_part`): the hand-off is on, and
+    kernels use 512-bit vectors (`gemm.ENABLED`), where that was measured faster than BLAS."""
+    return handoff.ENABLED and gemm.ENABLED
+
+
+def _to_blas(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> float | None:
+    """None where the route sends products to numpy's BLAS for now (`_Route`), having run this
+    one there; else the time, for judging the split about to run."""
+    now = time.perf_counter()
+    if now < _route.blas_until:
+        _route.judged_from = now + SPIN_S
+        _in_blas(a, b, out)
+        return None
+    return now
+
+
+def _handed(fn, args: tuple, units: int, now: float) -> bool:
+    """fn split over `units` through the hand-off, the split judged for the route; False where
+    the hand-off cannot split now."""
+    served = handoff.served()
+    if not _split(fn)(args, units):
+        return False
+    if now >= _route.judged_from:
+        _route.judge(handoff.served() != served, now)
+    return True
+
+
+def vector_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """out = a @ b for float32 (1, K) @ (K, N), split by the matrix's rows over the hand-off's
+    threads (`sgemv_part`), a share a thread, the shares' sums added after; False (nothing
+    written) where that is not enabled here (`vectors_enabled`), the shapes do not fit, the
+    result overlaps an operand, the vector is not contiguous floats, the matrix not C-ordered
+    or the result not a row of contiguous floats (the hand-off checks those layouts), or the
+    hand-off cannot split now (one thread, or inside another split). Where the splits' workers
+    have lately not taken their parts, numpy's BLAS runs it for a while (`_Route`). Its checks
+    are few: they cost microseconds each after the product has streamed the matrix through the
+    caches (batch-1's 8 MiB)."""
+    if in_worker() or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or not vectors_enabled():
+        return False
+    shape = b.shape
+    if len(shape) != 2 or a.shape != (1, shape[0]) or out.shape != (1, shape[1]) or not out.flags.writeable \
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return False
+    units = parallel.num_threads()
+    if units < 2:
+        return False
+    now = _to_blas(a, b, out)
+    if now is None:
+        return True
+    y, parts = out.reshape(-1), np.empty((units - 1, shape[1]), _F32)  # views; a strided row's layout is declined
+    if not _handed(sgemv_part, (a.reshape(-1), b, y, parts), units, now):
+        return False
+    _add_parts(y, parts)
+    return True
 
 
 def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -204,22 +322,14 @@ def split_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     tc, ldc = onednn.layout(out)
     if ta is None or tb is None or tc != b"N" or np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
-    now = time.perf_counter()
-    route = _route
-    if now < route.blas_until:
-        route.judged_from = now + SPIN_S
-        _in_blas(a, b, out)
+    now = _to_blas(a, b, out)
+    if now is None:
         return True
     columns = n >= m
     units = -(-n // COLUMNS_UNIT) if columns else -(-m // ROWS_UNIT)
     args = (*calls, int(columns), m, n, k, ord(ta), a.ctypes.data, lda, ord(tb), b.ctypes.data, ldb,
             out.ctypes.data, ldc)
-    served = handoff.served()
-    if not _split()(args, units):
-        return False
-    if now >= route.judged_from:
-        route.judge(handoff.served() != served, now)
-    return True
+    return _handed(sgemm_part, args, units, now)
 
 
-__all__ = ["enabled", "sgemm_part", "split_f32"]
+__all__ = ["enabled", "sgemm_part", "sgemv_part", "split_f32", "vector_f32", "vectors_enabled"]

@@ -5,7 +5,10 @@ failed oneDNN call raises; after splits whose worker did not take its part, prod
 numpy's BLAS for a period that doubles while trials fail, and back to the hand-off once one
 passes; it declines what it does not take without writing; and the runtime
 sends it exactly the products `products._splits` names, the epilogue after it then free to split
-where the threads watch (softmax(relu(x @ w + b)) at 64x512 @ 512x1024 end to end)."""
+where the threads watch (softmax(relu(x @ w + b)) at 64x512 @ 512x1024 end to end). A vector
+times a matrix, split by the matrix's rows in numba's loops, agrees likewise, with the same
+bits whichever thread runs each part, and signed zeros as BLAS and XLA sum them (batch-1's
+softmax(relu(x @ w + b)) end to end)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import pytest
 
 import xfuse
 from xfuse.backends.numba import backend as numba_backend
-from xfuse.backends.numba import handoff, split_gemm
+from xfuse.backends.numba import gemm, handoff, split_gemm
 from xfuse.backends.numba.lowering import lower
 from xfuse.runtime import blas, onednn, parallel, products
 from xfuse.runtime import program as prog
@@ -131,7 +134,7 @@ def routed(monkeypatch, two_threads):
     monkeypatch.setattr(handoff, "served", lambda: 7)
     through = []
     real_split, real_blas = split_gemm._split, split_gemm._in_blas
-    monkeypatch.setattr(split_gemm, "_split", lambda: through.append("hand-off") or real_split())
+    monkeypatch.setattr(split_gemm, "_split", lambda fn: through.append("hand-off") or real_split(fn))
     monkeypatch.setattr(split_gemm, "_in_blas", lambda a, b, out: through.append("blas") or real_blas(a, b, out))
     a, b = _operand(64, 512, "N"), _operand(512, 1024, "N")
 
@@ -248,6 +251,107 @@ def test_inside_a_split_it_declines(two_threads):
     assert answers == [False, False, False, False]
 
 
+@pytest.fixture
+def vectors(monkeypatch, two_threads):
+    """Vectors times matrices split here whatever the CPU's vector width (the rule is measured
+    on AVX-512 only; the parts are numba loops that run anywhere)."""
+    monkeypatch.setattr(split_gemm, "vectors_enabled", lambda: True)
+
+
+def _vector_by(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    return RNG.standard_normal((1, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
+
+
+def test_a_vector_times_a_matrix_agrees_with_float64_split_by_the_matrix_rows(vectors):
+    # rows in eights and not, fewer rows than threads, columns odd and few
+    for k, n in [(2048, 1000), (1027, 513), (9, 2), (1, 300), (3, 17), (200, 4096)]:
+        a, b = _vector_by(k, n)
+        out = np.full((1, n), np.nan, np.float32)
+        assert split_gemm.vector_f32(a, b, out), (k, n)
+        _assert_product(out, a, b)
+
+
+def test_a_vector_product_is_the_same_whichever_thread_runs_each_part(vectors):
+    a, b = _vector_by(4099, 1000)  # 16 MiB: time for a worker asleep to wake and take its part
+    alone = np.empty(1000, np.float32)
+    parts = np.empty((1, 1000), np.float32)
+    split_gemm.sgemv_part(0, 2, a[0], b, alone, parts)  # both parts on this thread
+    split_gemm._add_parts(alone, parts)
+    before = handoff.served()
+    for _ in range(500):  # a part a worker has not begun when the caller's is done goes back to the caller
+        out = np.empty((1, 1000), np.float32)
+        assert split_gemm.vector_f32(a, b, out)
+        np.testing.assert_array_equal(out[0], alone)
+        if handoff.served() > before:
+            break
+    assert handoff.served() > before, "no part ran on a worker"
+
+
+def test_a_vector_products_special_values_as_numpys_blas(vectors):
+    a, b = _vector_by(300, 160)
+    a[0, 5] = np.nan  # every column NaN
+    b[7, 20], b[8, 20], b[9, 100] = np.inf, np.inf, -np.inf
+    b[[10, 250], 30] = np.inf  # inf from each part
+    a[0, 10], a[0, 250] = 1.0, -1.0  # ... of opposite signs: inf - inf across the parts
+    b[[11, 12], 40], a[0, [11, 12]] = 3e38, 1.0  # 6e38 overflows
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a @ b
+    out = np.zeros((1, 160), np.float32)
+    assert split_gemm.vector_f32(a, b, out)
+    assert np.isnan(out).all() and np.isnan(want).all()
+    a[0, 5] = 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a @ b
+    assert split_gemm.vector_f32(a, b, out)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    assert np.isnan(out[0, 30]) and out[0, 40] == np.inf and np.isnan(out[0, 20]) == np.isnan(want[0, 20])
+    infinite = np.isinf(want)
+    np.testing.assert_array_equal(out[infinite], want[infinite])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(out[finite], want[finite], rtol=1e-4, atol=1e-3)
+    zeros, c = np.full((1, 300), -0.0, np.float32), _vector_by(300, 160)[1]
+    for x, y in [(zeros, c), (zeros, np.abs(c)), (np.zeros_like(zeros), -np.abs(c))]:  # every product 0.0 or -0.0
+        got = np.full((1, 160), 5.0, np.float32)
+        assert split_gemm.vector_f32(x, y, got)
+        assert (got == 0.0).all()
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x @ y))  # as BLAS's sums
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(jax.jit(jnp.matmul)(x, y)))  # and XLA's
+
+
+def test_a_vector_product_goes_to_numpys_blas_while_the_route_says_so(monkeypatch, vectors):
+    went = []
+    real = split_gemm._in_blas
+    monkeypatch.setattr(split_gemm, "_in_blas", lambda a, b, out: went.append(a.shape) or real(a, b, out))
+    split_gemm._route.blas_until = float("inf")
+    a, b = _vector_by(512, 1024)
+    out = np.empty((1, 1024), np.float32)
+    assert split_gemm.vector_f32(a, b, out)
+    assert went == [(1, 512)]
+    _assert_product(out, a, b)
+
+
+def test_a_vector_product_declines_what_its_parts_do_not_read_without_writing(vectors):
+    a, b = _vector_by(64, 96)
+    cases = {
+        "a strided matrix": (a, np.repeat(b, 2, axis=1)[:, ::2]),
+        "a transposed matrix": (a, np.ascontiguousarray(b.T).T),
+        "float64": (a.astype(np.float64), b),
+    }
+    for name, (x, y) in cases.items():
+        out = np.full((1, 96), 3.0, np.float32)
+        assert not split_gemm.vector_f32(x, y, out), name
+        assert (out == 3.0).all(), name
+    row = np.ones((1, 96 + 32), np.float32)  # the result over half its own vector
+    assert not split_gemm.vector_f32(row[:, :64], b, row[:, 32:])
+    assert (row == 1.0).all()
+    parallel.set_num_threads(1)
+    try:
+        out = np.full((1, 96), 3.0, np.float32)
+        assert not split_gemm.vector_f32(a, b, out) and (out == 3.0).all()
+    finally:
+        parallel.set_num_threads(2)
+
+
 def test_the_runtime_sends_it_exactly_the_products_its_rule_names(monkeypatch, two_threads):
     taken = []
 
@@ -262,7 +366,7 @@ def test_the_runtime_sends_it_exactly_the_products_its_rule_names(monkeypatch, t
         ((64, 256), (256, 128), both, False),  # 2**21: below SPLIT_PRODUCT_MIN, one thread
         ((512, 512), (512, 256), both, True),  # 2**26, ONEDNN_MIN: large ones too
         ((4, 64, 256), (4, 256, 256), both, False),  # a batch
-        ((1, 4096), (4096, 1024), both, False),  # a vector: BLAS's GEMV
+        ((1, 4096), (4096, 1024), both, False),  # a vector: the backend's product of a vector, or BLAS's GEMV
         ((256, 256), (256, 64), both, False),  # one the product for one thread takes
         ((256, 256), (256, 64), products.BackendProducts(split=spy), True),  # ... where there is none
     ]
@@ -283,6 +387,46 @@ def test_the_runtime_sends_it_exactly_the_products_its_rule_names(monkeypatch, t
     monkeypatch.setattr(blas, "ENABLED", False)  # XFUSE_SPLIT_PRODUCTS=0
     products.matmul(*[RNG.standard_normal(s).astype(np.float32) for s in ((64, 512), (512, 1024))],
                     np.empty((64, 1024), np.float32), F32, backend=both)
+    assert taken == []
+
+
+def test_the_runtime_hands_it_exactly_the_vector_products_its_rule_names(monkeypatch, vectors):
+    taken, answer = [], [True]
+
+    def spy(a, b, out):
+        taken.append((a.shape, b.shape))
+        return answer[0] and split_gemm.vector_f32(a, b, out)
+
+    backend = products.BackendProducts(vector=spy)
+    cases = [  # (lhs dims, rhs dims, contracting, batch, dtype, taken?)
+        ([1, 4096], [4096, 1024], ([1], [0]), ([], []), "float32", True),  # 16 MiB
+        ([1, 1, 1024], [1, 1024, 512], ([2], [1]), ([0], [0]), "float32", True),  # 2 MiB, VECTOR_SPLIT_MIN, a batch of one
+        ([1, 1024], [1024, 511], ([1], [0]), ([], []), "float32", False),  # a little less: BLAS's GEMV
+        ([1, 8192], [8192, 127], ([1], [0]), ([], []), "float32", False),  # too few columns
+        ([1, 127], [127, 8192], ([1], [0]), ([], []), "float32", False),  # too few rows
+        ([3, 1, 1024], [3, 1024, 1024], ([2], [1]), ([0], [0]), "float32", False),  # a batch of vectors
+        ([1, 2048], [1024, 2048], ([1], [1]), ([], []), "float32", False),  # the matrix transposed
+        ([1, 2048], [2048, 1024], ([1], [0]), ([], []), "float64", False),
+    ]
+    for lhs, rhs, contracting, batch, dtype, expected in cases:
+        a = RNG.standard_normal(lhs).astype(dtype)
+        b = RNG.standard_normal(rhs).astype(dtype)
+        for said in (True, False):  # where it declines, the product runs elsewhere
+            answer[0] = said
+            dims = [*lhs[:-1], rhs[-1] if contracting[1] == [len(rhs) - 2] else rhs[-2]]
+            out = np.full(dims, np.nan, dtype)
+            taken.clear()
+            products.make_dot(lhs, rhs, contracting, batch, dtype, False, backend)(a, b, out)
+            assert bool(taken) is expected, (lhs, rhs, dtype)
+            b64 = b.astype(np.float64)
+            want = a.astype(np.float64) @ (b64 if contracting[1] == [len(rhs) - 2] else b64.T)
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3 * np.sqrt(lhs[-1]))
+    assert products.apart([1, 4096], [4096, 1024], F32, backend)  # its program's products are off BLAS's threads
+    monkeypatch.setattr(blas, "ENABLED", False)  # XFUSE_SPLIT_PRODUCTS=0
+    taken.clear()
+    products.make_dot([1, 4096], [4096, 1024], ([1], [0]), ([], []), "float32", False, backend)(
+        RNG.standard_normal((1, 4096)).astype(np.float32), RNG.standard_normal((4096, 1024)).astype(np.float32),
+        np.empty((1, 1024), np.float32))
     assert taken == []
 
 
@@ -321,6 +465,32 @@ def test_softmax_relu_through_xfuse_jit_splits_its_product_and_may_split_its_epi
     assert prog._on_blas_threads(step, None)
 
 
+def test_batch_one_softmax_relu_through_xfuse_jit_splits_its_vector_product(monkeypatch, vectors):
+    monkeypatch.setattr(numba_backend, "vectors_enabled", lambda: True)  # as where kernels use 512-bit vectors
+    calls = []
+
+    def counted(a, b, out):
+        calls.append((a.shape, b.shape))
+        return split_gemm.vector_f32(a, b, out)
+
+    monkeypatch.setattr(numba_backend, "vector_f32", counted)
+    splits = []
+    real = handoff.Splitter.__call__
+    monkeypatch.setattr(handoff.Splitter, "__call__",
+                        lambda s, args, rows, first=0, watching=False: splits.append(s.fn)
+                        or real(s, args, rows, first, watching))
+    x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((1, 2048), (2048, 1000), (1000,)))
+    w *= np.float32(0.05)
+    compiled = xfuse.jit(softmax_relu).lower(x, w, b).compile()
+    for x_ in (x, np.where(np.arange(2048) == 7, np.inf, x).astype(np.float32)):  # inf: NaN and inf columns
+        calls.clear()
+        got, want = compiled(x_, w, b), jax.jit(softmax_relu)(x_, w, b)
+        assert calls == [((1, 2048), (2048, 1000))] and split_gemm.sgemv_part in splits
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert np.isnan(got).all()  # an infinite column makes the row's max infinite
+
+
 def test_the_backend_hands_it_over_only_where_it_is_enabled_and_a_program_has_a_product(monkeypatch):
     seen = []
     real_build = numba_backend.build
@@ -335,5 +505,7 @@ def test_the_backend_hands_it_over_only_where_it_is_enabled_and_a_program_has_a_
     xfuse.jit(lambda v: jnp.tanh(v) + 1.0)(x)
     with_product, without = seen
     assert (with_product.split is not None) is split_gemm.enabled()
-    assert without.split is None
+    assert (with_product.vector is not None) is split_gemm.vectors_enabled()
+    assert without.split is None and without.vector is None
     assert split_gemm.enabled() is (handoff.ENABLED and onednn.preferred() and onednn.installed())
+    assert split_gemm.vectors_enabled() is (handoff.ENABLED and gemm.ENABLED)
