@@ -23,11 +23,12 @@ against 660-680 us split through a worker sharing its core.
 
 A vector times a matrix, (1, K) @ (K, N), reads the matrix once and does one multiply-add per
 float read: its time is the time to read the matrix. OpenBLAS's GEMV on its own two threads
-read batch-1's 1x2048 @ 2048x1000 (8 MiB, from the shared cache) in 164-186 us here, where two
-threads of numba's loops read it in 117-122 us. So, on CPUs whose kernels use 512-bit vectors
-(`gemm.ENABLED`), such a product is split by the matrix's rows over the hand-off's threads
-(`sgemv_part`, no oneDNN in it): each part sums its rows' share into a row of its own, eight
-rows of the matrix at a time, and the parts are added after: 134-143 us for batch-1's. Each
+read batch-1's 1x2048 @ 2048x1000 (8 MiB, from the shared cache) in 137-196 us here over an
+hour, where two threads of numba's loops that only sum it read it in 117-146 us. So, on CPUs
+whose kernels use 512-bit vectors (`gemm.ENABLED`), such a product is split by the matrix's
+rows over the hand-off's threads (`sgemv_part`, no oneDNN in it): each part sums its share of
+the rows into a row of its own, eight rows of the matrix at a time, and the parts are added
+after: 134-149 us for batch-1's, about what the plain reading took at the same moments. Each
 part's sum is the same whichever thread runs it, so the result does not depend on the split.
 Imports numba, numpy and llvmlite.
 """
@@ -117,9 +118,9 @@ def sgemm_part(start, end, sgemm, get_threads, set_threads, columns, m, n, k, ta
         raise RuntimeError("dnnl_sgemm failed")
 
 
-# A vector's part sums this many rows of the matrix into its row at a time: one load and store
-# of the row a step instead of eight (one row at a time: 270-280 us for batch-1's on two threads,
-# four 141-149, eight 134-148, sixteen 132-152).
+# A vector's part sums this many rows of the matrix into its row at a time (the loop below names
+# eight): one load and store of the row a step instead of eight (one row at a time: 260-280 us
+# for batch-1's on two threads, four 141-149, eight 134-148, sixteen 132-152).
 VECTOR_ROWS = 8
 
 
