@@ -26,11 +26,13 @@ float read: its time is the time to read the matrix. OpenBLAS's GEMV on its own 
 read batch-1's 1x2048 @ 2048x1000 (8 MiB, from the shared cache) in 137-196 us here over an
 hour, where two threads of numba's loops that only sum it read it in 117-146 us. So, on CPUs
 whose kernels use 512-bit vectors (`gemm.ENABLED`), such a product is split by the matrix's
-rows over the hand-off's threads (`sgemv_part`, no oneDNN in it): each part sums its share of
-the rows into a row of its own, eight rows of the matrix at a time, and the parts are added
-after: 134-149 us for batch-1's, about what the plain reading took at the same moments. Each
-part's sum is the same whichever thread runs it, so the result does not depend on the split.
-Imports numba, numpy and llvmlite.
+rows over the hand-off's threads (`sgemv_part`, no oneDNN in it), in blocks of rows of about
+512 KiB, a thread an equal share of them: each block is summed into a row of its own, eight
+rows of the matrix at a time, and those sums are added in order after, so the result is the
+same whichever thread runs a block. A thread reads its blocks first to last at one call and
+last to first at the next: the blocks it read last are still in its core's L2 (2 MiB) when the
+next call begins, and are read from there. Batch-1's product took 115-118 us so, 156-162 us
+with its blocks always in one order. Imports numba, numpy and llvmlite.
 """
 
 from __future__ import annotations
@@ -47,10 +49,12 @@ from numba.extending import intrinsic
 
 from xfuse.runtime import onednn, parallel, products
 from xfuse.runtime.parallel import in_worker
+from xfuse.runtime.pool import MIN_BYTES, POOL
 
 from . import gemm, handoff
 
 _F32 = np.dtype(np.float32)
+_POOL_FLOATS = MIN_BYTES // 4  # a vector's sums from this many floats come from the runtime's pool
 NOT = ord("N")  # an operand as it is; ord("T"): transposed
 COLUMNS_UNIT = 16  # a part's columns start at a multiple of 16 floats (64 bytes)
 ROWS_UNIT = 8
@@ -118,51 +122,59 @@ def sgemm_part(start, end, sgemm, get_threads, set_threads, columns, m, n, k, ta
         raise RuntimeError("dnnl_sgemm failed")
 
 
-# A vector's part sums this many rows of the matrix into its row at a time (the loop below names
-# eight): one load and store of the row a step instead of eight (one row at a time: 260-280 us
-# for batch-1's on two threads, four 141-149, eight 134-148, sixteen 132-152).
+# A vector's blocks: each is about VECTOR_BLOCK_BYTES of the matrix's rows (at least
+# VECTOR_BLOCK_ROWS of them), its sum a row of its own, summed eight rows of the matrix at a time
+# (the loop below names eight: one load and store of the sum a step instead of eight; one row at
+# a time took 260-280 us for batch-1's on two threads, four 141-149, eight 134-148).
+VECTOR_BLOCK_BYTES = 1 << 19
+VECTOR_BLOCK_ROWS = 64
 VECTOR_ROWS = 8
 
 
 @numba.njit(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
-def sgemv_part(start, end, x, w, out, parts):
-    """x @ w (x: K floats, w: K x N) over the units [start, end) of w's rows, the units being
-    len(parts) + 1 equal shares of them in order: unit 0's sum into `out`, unit u's into
-    parts[u - 1] (each N floats), VECTOR_ROWS rows at a time."""
+def sgemv_part(start, end, x, w, sums, block, units, backward):
+    """The sums of x[rows] @ w[rows] (x: K floats, w: K x N) for the blocks of `block` rows of w
+    in the units [start, end) of `units`, equal shares of the blocks in order: block g's into
+    sums[g] (N floats). A unit runs its blocks last to first where `backward`."""
     k, n = w.shape
-    units = parts.shape[0] + 1
+    blocks = sums.shape[0]
     for u in range(start, end):
-        y = out if u == 0 else parts[u - 1]
-        lo, hi = k * u // units, k * (u + 1) // units
-        for j in range(n):
-            y[j] = 0.0
-        i = lo
-        while i + VECTOR_ROWS <= hi:
-            a0, a1, a2, a3, a4, a5, a6, a7 = x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4], x[i + 5], x[i + 6], x[i + 7]
-            w0, w1, w2, w3, w4, w5, w6, w7 = w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5], w[i + 6], w[i + 7]
+        g0, g1 = blocks * u // units, blocks * (u + 1) // units
+        for step in range(g1 - g0):
+            g = g1 - 1 - step if backward else g0 + step
+            y = sums[g]
             for j in range(n):
-                y[j] += ((a0 * w0[j] + a1 * w1[j]) + (a2 * w2[j] + a3 * w3[j])) \
-                    + ((a4 * w4[j] + a5 * w5[j]) + (a6 * w6[j] + a7 * w7[j]))
-            i += VECTOR_ROWS
-        while i < hi:
-            a0, w0 = x[i], w[i]
-            for j in range(n):
-                y[j] += a0 * w0[j]
-            i += 1
+                y[j] = 0.0
+            i, hi = g * block, min(k, (g + 1) * block)
+            while i + VECTOR_ROWS <= hi:
+                a0, a1, a2, a3, a4, a5, a6, a7 = x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4], x[i + 5], x[i + 6], x[i + 7]
+                w0, w1, w2, w3, w4, w5, w6, w7 = w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5], w[i + 6], w[i + 7]
+                for j in range(n):
+                    y[j] += ((a0 * w0[j] + a1 * w1[j]) + (a2 * w2[j] + a3 * w3[j])) \
+                        + ((a4 * w4[j] + a5 * w5[j]) + (a6 * w6[j] + a7 * w7[j]))
+                i += VECTOR_ROWS
+            while i < hi:
+                a0, w0 = x[i], w[i]
+                for j in range(n):
+                    y[j] += a0 * w0[j]
+                i += 1
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
-def _add_parts(out, parts):
-    """out += each row of parts, in order."""
-    for p in range(parts.shape[0]):
-        part = parts[p]
+def _summed(out, sums):
+    """out = the rows of `sums` added in order."""
+    for j in range(out.shape[0]):
+        out[j] = sums[0, j]
+    for p in range(1, sums.shape[0]):
+        row = sums[p]
         for j in range(out.shape[0]):
-            out[j] += part[j]
+            out[j] += row[j]
 
 
 _F32_1D, _F32_2D = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
 _SIGNATURES = {sgemm_part: (types.int64,) * 17,
-               sgemv_part: (types.int64, types.int64, _F32_1D, _F32_2D, _F32_1D, _F32_2D)}
+               sgemv_part: (types.int64, types.int64, _F32_1D, _F32_2D, _F32_2D, types.int64, types.int64,
+                            types.int64)}
 _splitters: dict = {}
 _lock = threading.Lock()
 
@@ -178,8 +190,8 @@ def _split(fn=sgemm_part) -> handoff.Splitter:
                 fn.compile(_SIGNATURES[fn])
                 fn.disable_compile()
                 if fn is sgemv_part:
-                    _add_parts.compile((_F32_1D, _F32_2D))
-                    _add_parts.disable_compile()
+                    _summed.compile((_F32_1D, _F32_2D))
+                    _summed.disable_compile()
                 splitter = _splitters[fn] = handoff.Splitter(fn)
     return splitter
 
@@ -271,20 +283,31 @@ def _handed(fn, args: tuple, units: int, now: float) -> bool:
     return True
 
 
+# Which way the next vector's units run their blocks. The part of the matrix a core read last
+# is still in its L2 when the next call begins (2 MiB here): a call that starts where the one
+# before ended reads that part from there. Batch-1's product took 115-118 us so, against
+# 156-162 us with its blocks always in one order; the sums are the same either way.
+_backward = 0
+
+
 def vector_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     """out = a @ b for float32 (1, K) @ (K, N), split by the matrix's rows over the hand-off's
-    threads (`sgemv_part`), a share a thread, the shares' sums added after; False (nothing
+    threads (`sgemv_part`): blocks of about VECTOR_BLOCK_BYTES of its rows, a thread an equal
+    share of them, each block summed into a row of its own, those sums added in order after
+    (the same bits whichever thread runs a block, and in whichever order); a thread's blocks
+    run first to last and last to first at alternate calls (`_backward`). False (nothing
     written) where that is not enabled here (`vectors_enabled`), the shapes do not fit, the
-    result overlaps an operand, the vector is not contiguous floats, the matrix not C-ordered
-    or the result not a row of contiguous floats (the hand-off checks those layouts), or the
+    result overlaps an operand or is not a row of contiguous floats, the vector is not
+    contiguous floats or the matrix not C-ordered (the hand-off checks those two), or the
     hand-off cannot split now (one thread, or inside another split). Where the splits' workers
     have lately not taken their parts, numpy's BLAS runs it for a while (`_Route`). Its checks
-    are few: they cost microseconds each after the product has streamed the matrix through the
-    caches (batch-1's 8 MiB)."""
+    are few: after the product has streamed the matrix through the caches, each costs
+    microseconds."""
+    global _backward
     if in_worker() or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or not vectors_enabled():
         return False
-    shape = b.shape
-    if len(shape) != 2 or a.shape != (1, shape[0]) or out.shape != (1, shape[1]) or not out.flags.writeable \
+    k, n = b.shape if b.ndim == 2 else (0, 0)
+    if k == 0 or a.shape != (1, k) or out.shape != (1, n) or not out.flags.c_contiguous or not out.flags.writeable \
             or np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
     units = parallel.num_threads()
@@ -293,10 +316,13 @@ def vector_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     now = _to_blas(a, b, out)
     if now is None:
         return True
-    y, parts = out.reshape(-1), np.empty((units - 1, shape[1]), _F32)  # views; a strided row's layout is declined
-    if not _handed(sgemv_part, (a.reshape(-1), b, y, parts), units, now):
+    block = max(VECTOR_BLOCK_ROWS, VECTOR_BLOCK_BYTES // (4 * n) // VECTOR_ROWS * VECTOR_ROWS)
+    blocks = -(-k // block)
+    sums = (np.empty if blocks * n < _POOL_FLOATS else POOL.empty)((blocks, n), _F32)
+    _backward ^= 1
+    if not _handed(sgemv_part, (a.reshape(-1), b, sums, block, units, _backward), units, now):
         return False
-    _add_parts(y, parts)
+    _summed(out.reshape(-1), sums)
     return True
 
 

@@ -271,20 +271,39 @@ def test_a_vector_times_a_matrix_agrees_with_float64_split_by_the_matrix_rows(ve
         _assert_product(out, a, b)
 
 
-def test_a_vector_product_is_the_same_whichever_thread_runs_each_part(vectors):
+def test_a_vector_product_is_the_same_whichever_thread_runs_each_block_in_either_order(vectors):
     a, b = _vector_by(4099, 1000)  # 16 MiB: time for a worker asleep to wake and take its part
-    alone = np.empty(1000, np.float32)
-    parts = np.empty((1, 1000), np.float32)
-    split_gemm.sgemv_part(0, 2, a[0], b, alone, parts)  # both parts on this thread
-    split_gemm._add_parts(alone, parts)
-    before = handoff.served()
+    block = split_gemm.VECTOR_BLOCK_BYTES // 4000 // 8 * 8
+    alone = {}
+    for backward in (0, 1):  # every block on this thread, each way round
+        sums = np.empty((-(-4099 // block), 1000), np.float32)
+        split_gemm.sgemv_part(0, 2, a[0], b, sums, block, 2, backward)
+        alone[backward] = np.empty(1000, np.float32)
+        split_gemm._summed(alone[backward], sums)
+    np.testing.assert_array_equal(alone[0], alone[1])
+    _assert_product(alone[0][None], a, b)
+    before, ways = handoff.served(), set()
     for _ in range(500):  # a part a worker has not begun when the caller's is done goes back to the caller
         out = np.empty((1, 1000), np.float32)
         assert split_gemm.vector_f32(a, b, out)
-        np.testing.assert_array_equal(out[0], alone)
-        if handoff.served() > before:
+        ways.add(split_gemm._backward)
+        np.testing.assert_array_equal(out[0], alone[0])
+        if handoff.served() > before and len(ways) == 2:
             break
     assert handoff.served() > before, "no part ran on a worker"
+    assert ways == {0, 1}  # calls take turns running their blocks backwards
+
+
+def test_a_vector_products_sums_of_many_blocks_come_from_the_runtimes_pool(monkeypatch, vectors):
+    monkeypatch.setattr(split_gemm, "_POOL_FLOATS", 4 * 512)
+    handed = []
+    real = split_gemm.POOL.empty
+    monkeypatch.setattr(split_gemm.POOL, "empty", lambda shape, dtype: handed.append(shape) or real(shape, dtype))
+    a, b = _vector_by(1000, 512)  # blocks of 256 rows: 4 of them
+    out = np.empty((1, 512), np.float32)
+    assert split_gemm.vector_f32(a, b, out)
+    assert handed == [(4, 512)]
+    _assert_product(out, a, b)
 
 
 def test_a_vector_products_special_values_as_numpys_blas(vectors):
@@ -336,9 +355,11 @@ def test_a_vector_product_declines_what_its_parts_do_not_read_without_writing(ve
         "a strided matrix": (a, np.repeat(b, 2, axis=1)[:, ::2]),
         "a transposed matrix": (a, np.ascontiguousarray(b.T).T),
         "float64": (a.astype(np.float64), b),
+        "a result of another row's stride": (a, b, np.zeros((1, 192), np.float32)[:, ::2]),
     }
-    for name, (x, y) in cases.items():
-        out = np.full((1, 96), 3.0, np.float32)
+    for name, (x, y, *given) in cases.items():
+        out = given[0] if given else np.full((1, 96), 3.0, np.float32)
+        out[...] = 3.0
         assert not split_gemm.vector_f32(x, y, out), name
         assert (out == 3.0).all(), name
     row = np.ones((1, 96 + 32), np.float32)  # the result over half its own vector
