@@ -337,5 +337,6 @@ def narrow(out: np.ndarray, wide: np.ndarray) -> None:
 
 
 __all__ = ["BackendProducts", "HALF", "KERNEL_GEMM_B_MAX", "KERNEL_GEMM_COLUMNS", "KERNEL_GEMM_ROWS", "ONEDNN_MIN",
-           "SPLIT_PRODUCT_MIN", "VECTOR_SPLIT_MIN", "VECTOR_SPLIT_SIDE", "apart", "block_products", "compute_dtype", "cut_rows", "dot_plan",
-           "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow", "numpy_product"]
+           "SPLIT_PRODUCT_MIN", "VECTOR_SPLIT_MIN", "VECTOR_SPLIT_SIDE", "apart", "block_products", "compute_dtype",
+           "cut_rows", "dot_plan", "dot_run", "dtype", "kernel_gemm_takes", "macs", "make_dot", "matmul", "narrow",
+           "numpy_product"]

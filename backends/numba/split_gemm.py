@@ -147,8 +147,10 @@ def sgemv_part(start, end, x, w, sums, block, units, backward):
                 y[j] = 0.0
             i, hi = g * block, min(k, (g + 1) * block)
             while i + VECTOR_ROWS <= hi:
-                a0, a1, a2, a3, a4, a5, a6, a7 = x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4], x[i + 5], x[i + 6], x[i + 7]
-                w0, w1, w2, w3, w4, w5, w6, w7 = w[i], w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5], w[i + 6], w[i + 7]
+                a0, a1, a2, a3 = x[i], x[i + 1], x[i + 2], x[i + 3]
+                a4, a5, a6, a7 = x[i + 4], x[i + 5], x[i + 6], x[i + 7]
+                w0, w1, w2, w3 = w[i], w[i + 1], w[i + 2], w[i + 3]
+                w4, w5, w6, w7 = w[i + 4], w[i + 5], w[i + 6], w[i + 7]
                 for j in range(n):
                     y[j] += ((a0 * w0[j] + a1 * w1[j]) + (a2 * w2[j] + a3 * w3[j])) \
                         + ((a4 * w4[j] + a5 * w5[j]) + (a6 * w6[j] + a7 * w7[j]))

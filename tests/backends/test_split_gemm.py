@@ -421,7 +421,7 @@ def test_the_runtime_hands_it_exactly_the_vector_products_its_rule_names(monkeyp
     backend = products.BackendProducts(vector=spy)
     cases = [  # (lhs dims, rhs dims, contracting, batch, dtype, taken?)
         ([1, 4096], [4096, 1024], ([1], [0]), ([], []), "float32", True),  # 16 MiB
-        ([1, 1, 1024], [1, 1024, 512], ([2], [1]), ([0], [0]), "float32", True),  # 2 MiB, VECTOR_SPLIT_MIN, a batch of one
+        ([1, 1, 1024], [1, 1024, 512], ([2], [1]), ([0], [0]), "float32", True),  # 2 MiB, VECTOR_SPLIT_MIN, batch 1
         ([1, 1024], [1024, 511], ([1], [0]), ([], []), "float32", False),  # a little less: BLAS's GEMV
         ([1, 8192], [8192, 127], ([1], [0]), ([], []), "float32", False),  # too few columns
         ([1, 127], [127, 8192], ([1], [0]), ([], []), "float32", False),  # too few rows
