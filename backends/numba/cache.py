@@ -14,6 +14,10 @@ before the manifest vouches for it: a missing, unreadable or mismatching manifes
 `CacheWarning` and the entry is wiped and compiled again. Every write goes to a temporary
 file renamed into place, so two processes compiling the same kernel at once both succeed.
 
+xfuse's own numba functions (the hand-off's, `split_gemm`'s) keep numba's cache files beside
+their modules, or under NUMBA_CACHE_DIR; `guarded` turns a load of a damaged one into a
+`CacheWarning` and a compile, where numba raised from inside every call that needed it.
+
 `XFUSE_CACHE_DIR` moves the cache (default `$XDG_CACHE_HOME/xfuse` or `~/.cache/xfuse`);
 `XFUSE_CACHE_DIR=off` turns it off. `stats` counts hits, misses and rejected entries.
 """
@@ -238,3 +242,35 @@ def open_entry(name: str, text: str, constants: Mapping[str, np.ndarray] | None 
                       "without caching", CacheWarning, stacklevel=3)
         return None
     return entry
+
+
+def guarded(fn):
+    """`fn`, a numba function of xfuse's own modules compiled with `cache=True` (numba keeps its
+    code beside the module, or under NUMBA_CACHE_DIR), its loads and saves guarded: numba trusts
+    those files, and a truncated one raises from inside the compile of every call that needs
+    the function (pickle's errors). So a load that fails gives a `CacheWarning`, numba's index
+    of the function is emptied, and the function is compiled (and saved) again; a save that
+    fails warns, and the function runs uncached. No manifest vouches for these files: one
+    altered but whole is loaded as numba reads it."""
+    functions = fn._cache
+    load, save = functions.load_overload, functions.save_overload
+
+    def load_overload(sig, target_context):
+        try:
+            return load(sig, target_context)
+        except Exception as e:  # noqa: BLE001 - whatever unpickling a damaged file raises
+            warnings.warn(f"xfuse: numba's cache of {fn.__name__} cannot be loaded ({type(e).__name__}: {e}); "
+                          "compiling it again", CacheWarning, stacklevel=2)
+            with suppress(Exception):
+                functions.flush()
+            return None
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except Exception as e:  # noqa: BLE001 - an unwritable directory, a full disk
+            warnings.warn(f"xfuse: numba's cache of {fn.__name__} cannot be saved ({type(e).__name__}: {e}); "
+                          "it runs uncached", CacheWarning, stacklevel=2)
+
+    functions.load_overload, functions.save_overload = load_overload, save_overload
+    return fn

@@ -66,6 +66,8 @@ from numba.np.numpy_support import as_dtype
 
 from xfuse.runtime import parallel
 
+from .cache import guarded
+
 # How long a worker watches for the next chunk after one, in microseconds: back-to-back calls
 # of a split kernel find it watching; a worker idle longer sleeps and costs nothing.
 SPIN_US = float(os.environ.get("XFUSE_SPIN_US", 100))
@@ -196,6 +198,7 @@ def _status_at(count):
     return count * ROW + (count + 1) * MAX_WORDS
 
 
+@guarded
 @numba.njit(nogil=True, cache=True)
 def _watch(state, count, row, spin, give_way, yield_at):
     """A worker's loop: run each chunk posted on its control row, then watch `spin` cycles for
@@ -240,6 +243,7 @@ def _watch(state, count, row, spin, give_way, yield_at):
         last = now
 
 
+@guarded
 @numba.njit(nogil=True, cache=True)
 def _split(state, count, workers, address, words, first, rows, watching, give_way, yield_at, patience):
     """Hands chunks of [first, first + rows) of the function at `address` to `workers`
@@ -289,6 +293,7 @@ def _split(state, count, workers, address, words, first, rows, watching, give_wa
     return -_finish(state, count, workers, address, give_way, yield_at, patience)
 
 
+@guarded
 @numba.njit(nogil=True, cache=True)
 def _finish(state, count, workers, address, give_way, yield_at, patience):
     """Runs the caller's chunk and those of workers not claimed, then waits for the claimed
@@ -328,6 +333,7 @@ def _finish(state, count, workers, address, give_way, yield_at, patience):
     return failed
 
 
+@guarded
 @numba.njit(nogil=True, cache=True)
 def _cycles_now():
     return _cycles()
@@ -463,6 +469,7 @@ def _overload_plan(fn, signature) -> tuple[int, list, int] | None:
     return (address, checks, len(params)) if address else None
 
 
+@guarded
 @numba.njit(nogil=True, cache=True)
 def _array_words(state, at, a):
     """An array's words as numba passes it (meminfo and parent none) into state[at:]."""

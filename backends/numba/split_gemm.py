@@ -52,6 +52,7 @@ from xfuse.runtime.parallel import in_worker
 from xfuse.runtime.pool import MIN_BYTES, POOL
 
 from . import gemm, handoff
+from .cache import guarded
 
 _F32 = np.dtype(np.float32)
 _POOL_FLOATS = MIN_BYTES // 4  # a vector's sums from this many floats come from the runtime's pool
@@ -98,6 +99,7 @@ def _threads_to(typingctx, get_address, set_address, count):
     return types.int64(types.int64, types.int64, types.int64), codegen
 
 
+@guarded
 @numba.njit(nogil=True, cache=True)
 def sgemm_part(start, end, sgemm, get_threads, set_threads, columns, m, n, k, ta, a, lda, tb, b, ldb, c, ldc):
     """c = a @ b (float32, row-major, c's rows contiguous) over the units [start, end) of c's
@@ -131,6 +133,7 @@ VECTOR_BLOCK_ROWS = 64
 VECTOR_ROWS = 8
 
 
+@guarded
 @numba.njit(nogil=True, cache=True, fastmath={"contract"}, error_model="numpy")
 def sgemv_part(start, end, x, w, sums, block, units, backward):
     """The sums of x[rows] @ w[rows] (x: K floats, w: K x N) for the blocks of `block` rows of w
@@ -162,6 +165,7 @@ def sgemv_part(start, end, x, w, sums, block, units, backward):
                 i += 1
 
 
+@guarded
 @numba.njit(nogil=True, cache=True, error_model="numpy")
 def _summed(out, sums):
     """out = the rows of `sums` added in order."""

@@ -1,7 +1,9 @@
 """The on-disk kernel cache, across real processes: a second process loads instead of compiling;
 truncated, altered or foreign entries give a CacheWarning and a recompile with right results;
 the cache can be turned off or pointed at an unusable place; two processes compiling the same
-kernels at once both succeed; kernels of one text with other constants do not share an entry."""
+kernels at once both succeed; kernels of one text with other constants do not share an entry;
+numba's own cache files of xfuse's numba functions, damaged, give a CacheWarning and a
+recompile too, and a save of theirs that fails a warning."""
 
 from __future__ import annotations
 
@@ -288,3 +290,67 @@ def test_the_vector_width_is_in_the_cache_key(monkeypatch):
         monkeypatch.setattr(kernel_cache, "_environment_key", None)
         keys.add(kernel_cache.environment_key())
     assert len(keys) == 2
+
+
+OWN = textwrap.dedent("""
+    import json, warnings
+    import numpy as np
+    from xfuse.backends.numba import split_gemm
+    from xfuse.runtime import parallel
+
+    parallel.set_num_threads(2)
+    split_gemm.vectors_enabled = lambda: True  # the vector split, through the hand-off, on any CPU
+    a = np.linspace(-1, 1, 512, dtype=np.float32)[None]
+    b = np.cos(np.arange(512 * 1024, dtype=np.float32)).reshape(512, 1024)
+    out = np.empty((1, 1024), np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        taken = split_gemm.vector_f32(a, b, out)
+    print("RESULT " + json.dumps({
+        "taken": taken, "error": float(np.abs(out - a.astype(np.float64) @ b).max()),
+        "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}))
+""")
+
+
+def test_a_damaged_numba_cache_of_xfuses_own_functions_warns_and_recompiles(tmp_path):
+    """The hand-off's and split_gemm's numba functions keep numba's own cache files (under
+    NUMBA_CACHE_DIR here): numba raised from inside every call on a truncated one."""
+
+    def own() -> dict:
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), XFUSE_CACHE_DIR=str(tmp_path / "xfuse"))
+        done = subprocess.run([sys.executable, "-c", OWN], capture_output=True, text=True, env=env, timeout=300,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[7:])
+        assert result["taken"] and result["error"] < 1e-3, result
+        return result
+
+    assert own()["warnings"] == []
+    (code,) = (tmp_path / "numba").rglob("split_gemm.sgemv_part-*.nbc")
+    code.write_bytes(code.read_bytes()[:50])
+    (index,) = (tmp_path / "numba").rglob("handoff._split-*.nbi")
+    index.write_bytes(b"")
+    damaged = own()["warnings"]
+    assert any("CacheWarning" in w and "sgemv_part" in w and "compiling it again" in w for w in damaged), damaged
+    assert any("CacheWarning" in w and "_split" in w for w in damaged), damaged
+    assert own()["warnings"] == []  # saved again
+
+
+def test_a_guarded_function_whose_save_fails_warns_and_runs(tmp_path, monkeypatch):
+    from xfuse.backends import CacheWarning
+    from xfuse.backends.numba.cache import guarded
+
+    (tmp_path / "xfuse_guarded_probe.py").write_text("import numba\n\n\n@numba.njit(cache=True)\n"
+                                                     "def twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import xfuse_guarded_probe
+
+    fn = xfuse_guarded_probe.twice
+
+    def full(name, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fn._cache._cache_file, "save", full)
+    guarded(fn)
+    with pytest.warns(CacheWarning, match="twice cannot be saved.*uncached"):
+        assert fn(21) == 42
