@@ -180,6 +180,12 @@ def matmul(a3: np.ndarray, b3: np.ndarray, out: np.ndarray, work: np.dtype, own:
             _gemm(a3, b3, o, None, thread)
 
 
+def _float32_one(lshape, work: np.dtype) -> bool:
+    """Whether a product with a left side of this shape may go to a backend's split products:
+    float32, one product (no batch, or a batch of one), and XFUSE_SPLIT_PRODUCTS not 0."""
+    return work == _F32 and blas.ENABLED and (len(lshape) != 3 or lshape[0] == 1)
+
+
 def _splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> bool:
     """Whether a product of these (B, M, K) and (B, K, N) shapes, or (M, K) and (K, N), goes to
     the backend's split product (`BackendProducts.split`), where XFUSE_SPLIT_PRODUCTS is not 0:
@@ -187,9 +193,7 @@ def _splits(lshape, rshape, work: np.dtype, backend: BackendProducts | None) -> 
     backend's product for one thread takes (`kernel_gemm_takes`); large ones too: the runtime's
     pool would take 40-50 us more to hand a part over (the scanned RNN's 2048x256 @ 256x256
     input product, 0.8 ms)."""
-    if backend is None or backend.split is None or work != _F32 or not blas.ENABLED:
-        return False
-    if len(lshape) == 3 and lshape[0] != 1:
+    if backend is None or backend.split is None or not _float32_one(lshape, work):
         return False
     m, k, n = lshape[-2], lshape[-1], rshape[-1]
     return m > 1 and n > 1 and SPLIT_PRODUCT_MIN <= m * k * n \
@@ -201,9 +205,7 @@ def _vector_splits(lshape, rshape, work: np.dtype, backend: BackendProducts | No
     (K, N), goes to the backend's split product of a vector (`BackendProducts.vector`), where
     XFUSE_SPLIT_PRODUCTS is not 0: float32, a matrix of at least VECTOR_SPLIT_MIN floats and
     VECTOR_SPLIT_SIDE rows and columns."""
-    if backend is None or backend.vector is None or work != _F32 or not blas.ENABLED:
-        return False
-    if len(lshape) == 3 and lshape[0] != 1:
+    if backend is None or backend.vector is None or not _float32_one(lshape, work):
         return False
     k, n = lshape[-1], rshape[-1]
     return lshape[-2] == 1 and min(k, n) >= VECTOR_SPLIT_SIDE and k * n >= VECTOR_SPLIT_MIN

@@ -185,7 +185,7 @@ _splitters: dict = {}
 _lock = threading.Lock()
 
 
-def _split(fn=sgemm_part) -> handoff.Splitter:
+def _split(fn) -> handoff.Splitter:
     """The hand-off's Splitter of `fn`, one of `_SIGNATURES`, compiled (or loaded from numba's
     cache) for its one overload the first time."""
     splitter = _splitters.get(fn)
@@ -195,9 +195,6 @@ def _split(fn=sgemm_part) -> handoff.Splitter:
             if splitter is None:
                 fn.compile(_SIGNATURES[fn])
                 fn.disable_compile()
-                if fn is sgemv_part:
-                    _summed.compile((_F32_1D, _F32_2D))
-                    _summed.disable_compile()
                 splitter = _splitters[fn] = handoff.Splitter(fn)
     return splitter
 
@@ -313,7 +310,8 @@ def vector_f32(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     if in_worker() or a.dtype != _F32 or b.dtype != _F32 or out.dtype != _F32 or not vectors_enabled():
         return False
     k, n = b.shape if b.ndim == 2 else (0, 0)
-    if k == 0 or a.shape != (1, k) or out.shape != (1, n) or not out.flags.c_contiguous or not out.flags.writeable \
+    flags = out.flags
+    if k == 0 or a.shape != (1, k) or out.shape != (1, n) or not flags.c_contiguous or not flags.writeable \
             or np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
     units = parallel.num_threads()
