@@ -20,7 +20,7 @@ from xfuse.hlo import Computation, Instruction, Literal, Module, Op
 from .algebraic_parts import (
     Pattern, Replacement, Rewrite, all_operands_same, any_of, attr_is, bypass_inner,
     compose_broadcasts, compose_transposes, constant_selector, either_is, exponent,
-    fold_transpose_into_dot, forward, full_slice, highest, identity_broadcast,
+    fold_transpose_into_dot, forward, swap_dot_operands, swapped_dot, full_slice, highest, identity_broadcast,
     identity_permutation, integer_zero, lowest, multiply_by_reciprocal, negative_zero,
     no_dimensions, no_padding, one, operand_is, positive_zero, power_of_two_divisor,
     reduce_no_axes, rhs_is, same_op_twice, same_shape_operand, single_operand, splat_of_one,
@@ -37,6 +37,20 @@ class Context:
     def __init__(self, comp: Computation) -> None:
         self.instructions: dict[str, Instruction] = {i.name: i for i in comp.instructions}
         self.fresh = Namer(self.instructions)
+        self.comp = comp
+        self._uses: dict[str, int] | None = None
+
+    def uses(self, name: str) -> int:
+        """How often the computation as the sweep began reads `name` (the root counts once).
+        Rewrites within a sweep only move reads of a value to values that read it, so a count
+        of one stays an upper bound's worth of safety: a value read once is read once."""
+        if self._uses is None:
+            counts: dict[str, int] = {self.comp.root: 1}
+            for inst in self.comp.instructions:
+                for operand in inst.operands:
+                    counts[operand] = counts.get(operand, 0) + 1
+            self._uses = counts
+        return self._uses.get(name, 0)
 
     def __getitem__(self, name: str) -> Instruction:
         return self.instructions[name]
@@ -162,6 +176,17 @@ RULES: tuple[Rule, ...] = (
         "contracting and batch dimensions pairs the same elements, and its free dimensions "
         "keep their order, so the same products are summed in the same order into the same "
         "places (XLA's transpose folding); no transposed copy is made.",
+    ),
+    Rule(
+        "transpose_of_dot",
+        (Op.TRANSPOSE,),
+        swapped_dot,
+        swap_dot_operands,
+        "(A B)^T = B^T A^T: a dot whose result is read only transposed, with its operands' free "
+        "dimensions swapped, is the dot of its operands in the other order: each element is a "
+        "sum of the same products (a * b = b * a exactly), summed as any dot sums (BLAS picks the "
+        "order), and the transposed copy is never made, so backward passes' weight gradients come out in the weights' layout (XLA's "
+        "layout assignment gets there by choosing the dot's output layout).",
     ),
     Rule(
         "broadcast_broadcast",

@@ -218,6 +218,30 @@ def fold_transpose_into_dot(ctx: Context, inst: Instruction, match: tuple) -> Re
     return [inst.replace(operands=tuple(operands), attrs=tuple(attrs.items()))]
 
 
+def swapped_dot(ctx: Context, inst: Instruction) -> Instruction | None:
+    """`transpose(dot_general(a, b))` where the transpose is the dot's only use and its
+    permutation keeps the batch dimensions first and puts b's free dimensions before a's, each
+    in their order: the result of `dot_general(b, a)`. Matches the dot."""
+    dot = ctx[inst.operands[0]]
+    if dot.op is not Op.DOT_GENERAL or ctx.uses(dot.name) != 1:
+        return None
+    (lc, _), (lb, _) = dot.attr("contracting"), dot.attr("batch")
+    lhs, rhs = ctx[dot.operands[0]].shape, ctx[dot.operands[1]].shape
+    batch = len(lb)
+    left, right = lhs.rank - len(lc) - batch, rhs.rank - len(lc) - batch
+    if left == 0 or right == 0:
+        return None
+    swapped = (*range(batch), *range(batch + left, batch + left + right), *range(batch, batch + left))
+    return dot if tuple(inst.attr("permutation")) == swapped else None
+
+
+def swap_dot_operands(ctx: Context, inst: Instruction, dot: Instruction) -> Replacement:
+    (lc, rc), (lb, rb) = dot.attr("contracting"), dot.attr("batch")
+    attrs = dict(dot.attrs) | {"contracting": (rc, lc), "batch": (rb, lb)}
+    operands = (dot.operands[1], dot.operands[0])
+    return [dot.replace(name=inst.name, shape=inst.shape, operands=operands, attrs=tuple(attrs.items()))]
+
+
 def compose_broadcasts(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
     # x dim i lands in inner dim inner_dims[i], which lands in out dim outer_dims[inner_dims[i]].
     outer_dims, inner_dims = inst.attr("dims"), inner.attr("dims")

@@ -38,6 +38,33 @@ class BufferSpec(namedtuple("BufferSpec", "shape dtype")):
 MISS = object()
 # A positional argument not given to a `guarded_call` method.
 _NOARG = object()
+# The open `StepCounter`s (`count_steps`): each `run_steps` adds its program's steps to the
+# innermost. Empty outside `count_steps`, so a call pays one truth test of a list per program.
+_COUNTING: list = []
+
+
+class StepCounter:
+    """Python-level step executions seen while `count_steps` was open: `steps`, the steps run
+    (a native loop or program counts as the one step that enters it), and `programs`, the
+    programs (top-level and nested: loop bodies, conditions, branches) that ran them."""
+
+    __slots__ = ("steps", "programs")
+
+    def __init__(self) -> None:
+        self.steps = self.programs = 0
+
+
+class count_steps:  # noqa: N801 - a context manager, named as contextlib's are
+    """`with count_steps() as counter:` counts the steps the runtime runs in Python inside the
+    block (`StepCounter`); calls made through an executable's fast paths count when they are run
+    by `Executable.counted_call`."""
+
+    def __enter__(self) -> StepCounter:
+        _COUNTING.append(StepCounter())
+        return _COUNTING[-1]
+
+    def __exit__(self, *exc) -> None:
+        _COUNTING.pop()
 
 
 class KernelError(RuntimeError):
@@ -194,6 +221,9 @@ class Executable:
 
     def run_steps(self, arrays: Sequence[np.ndarray]) -> list:
         """Every value slot after running the steps on `arrays`."""
+        if _COUNTING:
+            _COUNTING[-1].steps += len(self.program)
+            _COUNTING[-1].programs += 1
         values: list = [None] * self.n_values
         for slot, array in zip(self.params, arrays):
             values[slot] = array
@@ -216,6 +246,13 @@ class Executable:
             for slot, out in zip(outs, outputs):
                 values[slot] = out
         return values
+
+    def counted_call(self, arrays: Sequence[np.ndarray]) -> tuple[list[np.ndarray], StepCounter]:
+        """The call's outputs, and the Python-level steps it ran (`count_steps`): the same
+        steps as any call, run through `run_steps` so that each one is seen."""
+        with count_steps() as counter:
+            outputs = self(arrays)
+        return outputs, counter
 
     def finish(self, values: list) -> list[np.ndarray]:
         if not self.may_borrow:

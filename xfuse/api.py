@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from jax._src.config import enable_x64 as _X64  # x64 decides canonical dtypes: in the key
 import jax
 from jax._src.array import ArrayImpl as _JaxArray
-from numpy import ndarray
+from numpy import asarray, generic, ndarray
 
 from . import frontend_bridge as bridge
 from . import signature as sig
@@ -27,6 +27,7 @@ from .stages import CallInfo, Compiled, Lowered
 # A numpy argument's part of a fast-path key: its class (so a jax array or an ndarray subclass
 # of the same shape and dtype never takes a plain ndarray's entry), shape and dtype.
 _SIGNATURE = operator.attrgetter("__class__", "shape", "dtype")
+_flatten = jax.tree_util.tree_flatten
 
 
 def _as_tuple(value: int | str | Iterable, option: str, kind: type) -> tuple:
@@ -75,6 +76,11 @@ class Jitted:
         self._fast: dict[tuple, tuple] = {}
         self._last: tuple = (None, None, None)
         self._device_fast = False  # whether _fast holds entries for jax arrays
+        # Pytrees of arrays: (x64, backend choice, tree structure, static values, (class,
+        # shape, dtype) of each leaf) -> (run on the leaves, whether jax arrays among them are
+        # read as numpy arrays first). A call pays for one flatten (in C) and its key, not for
+        # each leaf's abstract signature (`_tree_call`).
+        self._tree_fast: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
         self._compiling: dict[tuple, threading.Lock] = {}
         functools.update_wrapper(self, fun)
@@ -104,12 +110,17 @@ class Jitted:
                     run = self._fast.get((_X64.value, _CHOICE.get(), "device", *key))
                     if run is not None:
                         return run[0](args)
+        if self._tree_fast:
+            outputs = self._tree_call(args, kwargs)
+            if outputs is not MISS:
+                return outputs
         key, leaves, specs = self._key_and_leaves(args, kwargs)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile_once(key, args, kwargs)
         arrays = [sig.to_array(leaf, spec, compiled._device_arrays) for leaf, spec in zip(leaves, specs)]
         outputs = compiled.call_flat(arrays)  # first: the fast path is chosen for settled kernels
+        self._remember_tree(key, leaves, arrays, compiled)
         if not kwargs and len(arrays) == len(args) and all(a is b for a, b in zip(arrays, args)) \
                 and not self.splitter.has_static:
             # Every argument was a canonical numpy array (or a jax array the backend takes),
@@ -135,6 +146,58 @@ class Jitted:
                 self._fast[(_X64.value, _CHOICE.get(), "device", *signature)] = (compiled.fast_runner(), None, None)
                 self._device_fast = True
         return outputs
+
+    def _tree_call(self, args: tuple, kwargs: dict) -> object:
+        """The call's outputs through `_tree_fast`, or MISS for a signature it does not hold."""
+        if self.splitter.has_static:
+            try:
+                args, kwargs, static = self.splitter.split(args, kwargs)
+            except ValueError:  # an unhashable static value: the slow path says so
+                return MISS
+        else:
+            static = ()
+        leaves, treedef = _flatten((args, kwargs))
+        try:
+            key = (_X64.value, _CHOICE.get(), treedef, static, *map(_SIGNATURE, leaves))
+            entry = self._tree_fast.get(key)
+        except (AttributeError, TypeError):  # a scalar or an object with no hashable shape
+            return MISS
+        if entry is None:
+            return MISS
+        run, converts = entry
+        if converts is not None:  # as to_array converts: no copy where nothing changes
+            arrays = []
+            for leaf, dtype in zip(leaves, converts):
+                if dtype is not None:
+                    if type(leaf) is _JaxArray and leaf.weak_type:
+                        return MISS
+                    leaf = asarray(leaf, dtype)
+                arrays.append(leaf)
+            leaves = arrays
+        return run(leaves)
+
+    def _remember_tree(self, key: tuple, leaves: list, arrays: list, compiled: Compiled) -> None:
+        """Adds this call's signature to `_tree_fast` where each leaf was a numpy array or
+        scalar, or a strongly typed jax array read as one (not for a backend that takes jax
+        arrays as they are): those of another dtype than the canonical are converted at each
+        call."""
+        converts = []
+        for leaf, array in zip(leaves, arrays):
+            if leaf is array and type(leaf) is ndarray:
+                converts.append(None)
+                continue
+            plain = type(leaf) is ndarray or isinstance(leaf, generic)
+            if compiled._device_arrays or type(array) is not ndarray or \
+                    not (plain or (type(leaf) is _JaxArray and not leaf.weak_type)):
+                return
+            converts.append(array.dtype)
+        treedef, static = key[0], key[2]
+        try:
+            signature = (_X64.value, _CHOICE.get(), treedef, static, *map(_SIGNATURE, leaves))
+        except (AttributeError, TypeError):
+            return
+        plain = all(c is None for c in converts)
+        self._tree_fast[signature] = (compiled.fast_runner(), None if plain else tuple(converts))
 
     def _key_and_leaves(self, args: tuple, kwargs: dict):
         """The cache key of a call (signature and backend in effect), its leaves and their specs."""

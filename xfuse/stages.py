@@ -317,6 +317,17 @@ class Compiled:
             return lambda arrays: executable(arrays)[0]
         return lambda arrays: jax.tree_util.tree_unflatten(tree, executable(arrays))
 
+    def steps_per_call(self, *args: object, **kwargs: object) -> int | None:
+        """How many steps one call on these arguments runs in Python: each top-level step once,
+        and each step of a loop body, condition or branch the runtime runs itself once per
+        time it runs (a loop compiled to native code is the one step that enters it). None
+        for an executable of another runtime (the jax backend's: one XLA call)."""
+        counted = getattr(self.executable, "counted_call", None)
+        if counted is None:
+            return None
+        _, counter = counted(self._checked_arrays(args, kwargs))
+        return counter.steps
+
     def call_flat(self, arrays: Sequence[np.ndarray]) -> object:
         """Runs on already checked, canonical arrays; returns the output pytree."""
         outputs = self.executable(arrays)

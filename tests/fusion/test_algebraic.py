@@ -43,6 +43,7 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "transpose_transpose",
         "transpose_identity",
         "dot_of_transpose",
+        "transpose_of_dot",
         "broadcast_broadcast",
         "broadcast_identity",
         "convert_same_type",
@@ -209,6 +210,22 @@ CASES = {
         "  x = f32[3,2,4] parameter(0)\n  y = f32[2,4,5] parameter(1)\n"
         "  ROOT d = f32[2,3,5] dot_general(x, y), contracting={2;1}, batch={1;0}",
     ),
+    "transpose_of_dot": (  # a weight gradient (dy.T @ x).T comes out as x.T @ dy
+        "(dy: f32[8,5], x: f32[8,3]) -> f32[3,5]",
+        "  dy = f32[8,5] parameter(0)\n  x = f32[8,3] parameter(1)\n"
+        "  d = f32[5,3] dot_general(dy, x), contracting={0;0}\n"
+        "  ROOT t = f32[3,5] transpose(d), permutation={1,0}",
+        "  dy = f32[8,5] parameter(0)\n  x = f32[8,3] parameter(1)\n"
+        "  ROOT t = f32[3,5] dot_general(x, dy), contracting={0;0}",
+    ),
+    "transpose_of_batched_dot": (  # batch first, then rhs's free dimensions, then lhs's
+        "(a: f32[2,4,3,6], b: f32[2,6,5]) -> f32[2,5,4,3]",
+        "  a = f32[2,4,3,6] parameter(0)\n  b = f32[2,6,5] parameter(1)\n"
+        "  d = f32[2,4,3,5] dot_general(a, b), contracting={3;1}, batch={0;0}\n"
+        "  ROOT t = f32[2,5,4,3] transpose(d), permutation={0,3,1,2}",
+        "  a = f32[2,4,3,6] parameter(0)\n  b = f32[2,6,5] parameter(1)\n"
+        "  ROOT t = f32[2,5,4,3] dot_general(b, a), contracting={1;3}, batch={0;0}",
+    ),
     "transpose_identity": (
         "(x: f32[2,3]) -> f32[2,3]",
         "  x = f32[2,3] parameter(0)\n  ROOT t = f32[2,3] transpose(x), permutation={0,1}",
@@ -347,6 +364,29 @@ CASES = {
         "  ROOT x = f32[2,3] parameter(0)",
     ),
 }
+
+
+KEPT = {
+    "transpose_of_dot_read_twice": (  # the dot is read as it is too: one product, not two
+        "(dy: f32[8,5], x: f32[8,3]) -> (f32[5,3], f32[3,5])",
+        "  dy = f32[8,5] parameter(0)\n  x = f32[8,3] parameter(1)\n"
+        "  d = f32[5,3] dot_general(dy, x), contracting={0;0}\n"
+        "  t = f32[3,5] transpose(d), permutation={1,0}\n"
+        "  ROOT r = (f32[5,3], f32[3,5]) tuple(d, t)",
+    ),
+    "transpose_of_dot_not_a_swap": (  # the lhs's free dimensions reordered among themselves
+        "(a: f32[4,3,6], b: f32[6,5]) -> f32[3,4,5]",
+        "  a = f32[4,3,6] parameter(0)\n  b = f32[6,5] parameter(1)\n"
+        "  d = f32[4,3,5] dot_general(a, b), contracting={2;0}\n"
+        "  ROOT t = f32[3,4,5] transpose(d), permutation={1,0,2}",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", KEPT.values(), ids=KEPT.keys())
+def test_rule_leaves_alone(case):
+    signature, body = case
+    assert_unchanged(SIMPLIFY, entry(signature, body))
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
