@@ -5,7 +5,9 @@
 - input: a loop nest over the kept dimensions K, and inside it, per row, one pass per phase
   of reductions (independent reductions share a pass), then a pass storing the row outputs
   (row_passes.py). Short rows unroll those passes; rows of 9 to 23 do so over blocks of rows
-  read and written through stack tiles (`row_forms`).
+  read and written through stack tiles (`row_forms`). Reductions that keep the minor
+  dimension take the column form instead (columns.py): the reduced loops outside, a block of
+  columns inside.
 - output: the dot's result arrives as a block of rows computed by BLAS (`dot`, whose first row
   is row `dot_start`); the epilogue is a loop or input kernel over those rows.
 
@@ -29,6 +31,7 @@ from .analysis import (PARALLEL_MIN_WORK, TRANSCENDENTAL_OPS, WATCHING_MIN_WORK,
                        output_members, output_shapes, reads_across, reduction_space, work_estimate)
 from . import row_forms
 from .emitter import Emitter, Ix, index_text, linear_index, np_name, unsigned_index
+from .columns import ColumnPasses, NotColumns
 from .row_passes import RowPasses
 
 # A loop nest whose innermost loop walks an operand's outer dimension (a transpose) in steps
@@ -66,7 +69,7 @@ class KernelSource:
     watching: bool = False  # not `parallel`, but worth splitting across threads already watching
 
 
-class Writer(RowPasses):
+class Writer(RowPasses, ColumnPasses):
     """Builds one kernel: its loops, the emitter filling them, and the final source."""
 
     def __init__(self, comp: Computation, name: str, kind: str) -> None:
@@ -421,7 +424,8 @@ class Writer(RowPasses):
         return "\n".join(helpers + [""] + header + self.lines) + "\n"
 
 
-def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) -> KernelSource:
+def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True,
+                 columns: bool = True) -> KernelSource:
     """The source of the kernel computing the fused computation `comp`; `tiles`: whether it may
     take the tiled form (`row_forms.TILED_ROW`). A tiled kernel whose loops along the row did
     not all unroll, or whose source passes `row_forms.TILED_LINES` lines or `TILED_CALLS` calls
@@ -433,11 +437,16 @@ def write_kernel(comp: Computation, name: str, kind: str, tiles: bool = True) ->
     if writer.dot is not None:
         writer.emitter.overrides[writer.dot.name] = writer.dot_load
     if space is not None:
-        writer.input(*space)
+        try:
+            by_columns = columns and writer.columns(*space)
+        except NotColumns:
+            return write_kernel(comp, name, kind, tiles, columns=False)
+        if not by_columns:
+            writer.input(*space)
         if row_forms.tiled(writer.short) and (
                 writer.looped or len(writer.lines) > row_forms.TILED_LINES
                 or sum(line.count("mathlib.") for line in writer.lines) > row_forms.TILED_CALLS):
-            return write_kernel(comp, name, kind, tiles=False)
+            return write_kernel(comp, name, kind, tiles=False, columns=columns)
         # BLAS makes the dot a block of rows at a time when the epilogue's outer loop runs
         # over the dot's first axis (a reduction over that axis needs the whole result).
         blocked = 0 not in space[1] and len(space[0]) > len(space[1])
