@@ -20,7 +20,7 @@ from xfuse.hlo import Computation, Instruction, Literal, Module, Op
 from .algebraic_parts import (
     Pattern, Replacement, Rewrite, all_operands_same, any_of, attr_is, bypass_inner,
     compose_broadcasts, compose_transposes, constant_selector, either_is, exponent,
-    fold_transpose_into_dot, forward, swap_dot_operands, swapped_dot, full_slice, highest, identity_broadcast,
+    fold_transpose_into_dot, forward, no_contraction, outer_product, swap_dot_operands, swapped_dot, full_slice, highest, identity_broadcast,
     identity_permutation, integer_zero, lowest, multiply_by_reciprocal, negative_zero,
     no_dimensions, no_padding, one, operand_is, positive_zero, power_of_two_divisor,
     reduce_no_axes, rhs_is, same_op_twice, same_shape_operand, single_operand, splat_of_one,
@@ -176,6 +176,15 @@ RULES: tuple[Rule, ...] = (
         "contracting and batch dimensions pairs the same elements, and its free dimensions "
         "keep their order, so the same products are summed in the same order into the same "
         "places (XLA's transpose folding); no transposed copy is made.",
+    ),
+    Rule(
+        "dot_without_sums",
+        (Op.DOT_GENERAL,),
+        no_contraction,
+        outer_product,
+        "a dot with no contracting dimensions sums nothing: each element is the one product "
+        "a[i] * b[j] (per batch index), which a multiply of the two operands broadcast to the "
+        "result gives exactly; it then fuses as elementwise work (a scalar times a vector).",
     ),
     Rule(
         "transpose_of_dot",

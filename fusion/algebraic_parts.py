@@ -242,6 +242,33 @@ def swap_dot_operands(ctx: Context, inst: Instruction, dot: Instruction) -> Repl
     return [dot.replace(name=inst.name, shape=inst.shape, operands=operands, attrs=tuple(attrs.items()))]
 
 
+def no_contraction(ctx: Context, inst: Instruction) -> tuple | None:
+    """A dot_general that sums nothing (no contracting dimensions) and keeps its operands'
+    dtype, each operand's dimensions landing in the result in their order: an outer product (a
+    scalar times a vector among them). Matches where each operand's dimensions go."""
+    (lc, _), (lb, rb) = inst.attr("contracting"), inst.attr("batch")
+    lhs, rhs = ctx[inst.operands[0]].shape, ctx[inst.operands[1]].shape
+    if lc or inst.shape.dtype != lhs.dtype:
+        return None
+    left = [d for d in range(lhs.rank) if d not in lb]
+    right = [d for d in range(rhs.rank) if d not in rb]
+
+    def placed(batch, free, first) -> tuple[int, ...]:
+        where = {d: k for k, d in enumerate(batch)} | {d: first + k for k, d in enumerate(free)}
+        return tuple(where[d] for d in range(len(batch) + len(free)))
+
+    spread = placed(lb, left, len(lb)), placed(rb, right, len(lb) + len(left))
+    return spread if all(list(s) == sorted(s) for s in spread) else None
+
+
+def outer_product(ctx: Context, inst: Instruction, spread: tuple) -> Replacement:
+    broadcasts = [Instruction(ctx.fresh("broadcast_in_dim"), Op.BROADCAST_IN_DIM, inst.shape,
+                              (operand,), (("dims", dims),), inst.loc)
+                  for operand, dims in zip(inst.operands, spread)]
+    product = Instruction(inst.name, Op.MUL, inst.shape, (broadcasts[0].name, broadcasts[1].name), (), inst.loc)
+    return [*broadcasts, product]
+
+
 def compose_broadcasts(ctx: Context, inst: Instruction, inner: Instruction) -> Replacement:
     # x dim i lands in inner dim inner_dims[i], which lands in out dim outer_dims[inner_dims[i]].
     outer_dims, inner_dims = inst.attr("dims"), inner.attr("dims")

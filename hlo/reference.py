@@ -389,6 +389,14 @@ def dot_general(ops, attrs, shape):
     out += [s for i, s in enumerate(rhs_sub) if i not in rc and i not in rb]
     spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}"
     wide = F64 if shape.dtype.is_float else _dtype(shape)
+    if not lc:  # nothing summed: each element is one product, its zero's sign kept (as XLA)
+        lfree = [i for i in range(lhs.ndim) if i not in lb]
+        rfree = [i for i in range(rhs.ndim) if i not in rb]
+        a = np.transpose(lhs.astype(wide), [*lb, *lfree]).reshape(
+            [lhs.shape[i] for i in (*lb, *lfree)] + [1] * len(rfree))
+        b = np.transpose(rhs.astype(wide), [*rb, *rfree]).reshape(
+            [rhs.shape[i] for i in rb] + [1] * len(lfree) + [rhs.shape[i] for i in rfree])
+        return np.asarray(a * b).astype(_dtype(shape))
     result = np.einsum(spec, lhs.astype(wide), rhs.astype(wide))
     return np.asarray(result).astype(_dtype(shape))
 

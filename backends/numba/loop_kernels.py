@@ -115,6 +115,42 @@ def small_matmul_t_rest(a, bt, out):
             out[r, c] = total
 
 
+@numba.njit(nogil=True, error_model="numpy", cache=False, fastmath={"reassoc", "contract"})
+def matrix_vector(a, x, out):
+    """out = a @ x for a C-ordered matrix: each element a sum along a row of `a`, which
+    vectorises as partial sums (reassociated, as BLAS's are; IEEE semantics otherwise)."""
+    m, k = a.shape
+    zero = out.dtype.type(0)
+    for i in range(m):
+        row = a[i]
+        total = zero
+        for p in range(k):
+            total += row[p] * x[p]
+        out[i] = total
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=False)
+def vector_matrix(x, a, out):
+    """out = x @ a for a C-ordered matrix: its rows scaled and added in order, the columns
+    in vectors (a sampler's gradient through x @ w, its rows read once)."""
+    k, n = a.shape
+    out[:] = 0
+    for p in range(k):
+        v = x[p]
+        row = a[p]
+        for j in range(n):
+            out[j] += v * row[j]
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=False, fastmath={"reassoc", "contract"})
+def vector_vector(x, y, out):
+    """out[0] = x . y (a scalar is a one-element vector inside a driver)."""
+    total = out.dtype.type(0)
+    for p in range(x.shape[0]):
+        total += x[p] * y[p]
+    out[0] = total
+
+
 @numba.njit(nogil=True, error_model="numpy", cache=False)
 def put_window(target, update, starts, target_dims, update_dims):
     """Writes `update` into the window of `target` at `starts` (both flat views of C-ordered

@@ -1,5 +1,5 @@
 """Native loops for the numba backend: a while whose condition and body are kernels, matrix
-products and branches of those (no f16/bf16, no inner loops or nested programs) runs as one
+products (a vector by a matrix too: a sampler's gradient) and branches of those (no f16/bf16, no inner loops or nested programs) runs as one
 generated `numba.njit` function that calls the kernels itself, so an iteration does not return
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
 dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's threads when large
@@ -45,8 +45,8 @@ from xfuse.runtime.program import Kernel, walk
 
 from . import cache, gemm
 from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
-from .loop_kernels import (PANEL, ROWS, packed_matmul, panels, put_window, small_matmul, small_matmul_t,
-                           small_matmul_t_rest)
+from .loop_kernels import (PANEL, ROWS, matrix_vector, packed_matmul, panels, put_window, small_matmul,
+                           small_matmul_t, small_matmul_t_rest, vector_matrix, vector_vector)
 from .kernels import write_kernel
 from .mathlib.core import SCALEF as AVX512
 from .pipeline import DriverCompiler, KernelCompiler, callee_form
@@ -82,6 +82,24 @@ def _matrix_product(d: dict) -> bool:
         and d["batch"] == [[], []] and d["dtype"] in ("float32", "float64")
 
 
+def _vector_product(d: dict) -> str | None:
+    """How the driver computes a product with a vector operand (float32 or float64, no batch
+    dimensions), the matrix read as it is stored: "matrix_vector" (a @ x, either operand
+    order), "vector_matrix" (x @ a) or "vector_vector"; None for any other product."""
+    lhs, rhs, (lc, rc) = d["lhs"], d["rhs"], d["contracting"]
+    if len(lc) != 1 or d["batch"] != [[], []] or d["dtype"] not in ("float32", "float64"):
+        return None
+    lc, rc = lc[0], rc[0]
+    ranks = (len(lhs), len(rhs))
+    if ranks == (1, 1):
+        return "vector_vector"
+    if ranks == (2, 1):
+        return "matrix_vector" if lc == 1 else "vector_matrix"
+    if ranks == (1, 2):
+        return "vector_matrix" if rc == 0 else "matrix_vector"
+    return None
+
+
 def _packs(d: dict) -> bool:
     """Whether a small product by a right side the loop keeps goes through `packed_matmul`: where
     kernels use 512-bit vectors (`gemm.ENABLED`), float32, rows a multiple of 8 and columns of
@@ -105,11 +123,12 @@ def _eligible_program(program: dict) -> bool:
     produced = {}
     for step in program["steps"]:
         if step["op"] == "dot":
-            if not _matrix_product(step):
+            if not _matrix_product(step) and _vector_product(step) is None:
                 return False
             produced[step["outputs"][0]] = "array"
         elif step["op"] == "kernel":
-            if step.get("dot") is not None and not _matrix_product(step["dot"]):
+            d = step.get("dot")
+            if d is not None and not _matrix_product(d) and _vector_product(d) is None:
                 return False
             if step["parallel"] and _window(step) is None:
                 return False
@@ -294,6 +313,16 @@ class _Writer:
 
     def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
         self.buffer(out, d["dims"], d["dtype"], indent)
+        vector = _vector_product(d)
+        if vector is not None:
+            matrix, other = (lhs, rhs) if len(d["lhs"]) == 2 else (rhs, lhs)
+            if vector == "vector_vector":
+                self.emit(indent, f"vector_vector({lhs}, {rhs}, {out})")
+            elif vector == "matrix_vector":
+                self.emit(indent, f"matrix_vector({matrix}, {other}, {out})")
+            else:
+                self.emit(indent, f"vector_matrix({other}, {matrix}, {out})")
+            return
         (m, k), n = d["lhs"], d["rhs"][1]
         if m * n * k > SMALL_DOT:
             self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
@@ -444,7 +473,8 @@ def _digest(text: str) -> str:
 # runtime, should the loop fall back to it. The driver is called from Python only.
 DRIVER = {"error_model": "numpy", "nogil": True, "no_cfunc_wrapper": True}
 HELPERS = {fn.py_func.__name__: callee_form(fn)
-           for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, packed_matmul, put_window)}
+           for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, packed_matmul, put_window,
+                      matrix_vector, vector_matrix, vector_vector)}
 
 
 def _identified(identity: list[str]) -> bool:

@@ -44,6 +44,7 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "transpose_identity",
         "dot_of_transpose",
         "transpose_of_dot",
+        "dot_without_sums",
         "broadcast_broadcast",
         "broadcast_identity",
         "convert_same_type",
@@ -210,6 +211,23 @@ CASES = {
         "  x = f32[3,2,4] parameter(0)\n  y = f32[2,4,5] parameter(1)\n"
         "  ROOT d = f32[2,3,5] dot_general(x, y), contracting={2;1}, batch={1;0}",
     ),
+    "dot_without_sums": (  # a scalar times a vector (jnp.dot of a scalar): a multiply
+        "(s: f32[], v: f32[6]) -> f32[6]",
+        "  s = f32[] parameter(0)\n  v = f32[6] parameter(1)\n"
+        "  ROOT d = f32[6] dot_general(s, v), contracting={;}",
+        "  s = f32[] parameter(0)\n  v = f32[6] parameter(1)\n"
+        "  broadcast_in_dim.0 = f32[6] broadcast_in_dim(s), dims={}\n"
+        "  ROOT d = f32[6] mul(broadcast_in_dim.0, v)",
+    ),
+    "dot_without_sums_batched": (  # an outer product per batch index
+        "(a: f32[2,3], b: f32[2,4]) -> f32[2,3,4]",
+        "  a = f32[2,3] parameter(0)\n  b = f32[2,4] parameter(1)\n"
+        "  ROOT d = f32[2,3,4] dot_general(a, b), contracting={;}, batch={0;0}",
+        "  a = f32[2,3] parameter(0)\n  b = f32[2,4] parameter(1)\n"
+        "  broadcast_in_dim.0 = f32[2,3,4] broadcast_in_dim(a), dims={0,1}\n"
+        "  broadcast_in_dim.1 = f32[2,3,4] broadcast_in_dim(b), dims={0,2}\n"
+        "  ROOT d = f32[2,3,4] mul(broadcast_in_dim.0, broadcast_in_dim.1)",
+    ),
     "transpose_of_dot": (  # a weight gradient (dy.T @ x).T comes out as x.T @ dy
         "(dy: f32[8,5], x: f32[8,3]) -> f32[3,5]",
         "  dy = f32[8,5] parameter(0)\n  x = f32[8,3] parameter(1)\n"
@@ -367,6 +385,11 @@ CASES = {
 
 
 KEPT = {
+    "dot_without_sums_reordered": (  # the lhs's batch dimension after its free one: left alone
+        "(a: f32[3,2], b: f32[2,4]) -> f32[2,3,4]",
+        "  a = f32[3,2] parameter(0)\n  b = f32[2,4] parameter(1)\n"
+        "  ROOT d = f32[2,3,4] dot_general(a, b), contracting={;}, batch={1;0}",
+    ),
     "transpose_of_dot_read_twice": (  # the dot is read as it is too: one product, not two
         "(dy: f32[8,5], x: f32[8,3]) -> (f32[5,3], f32[3,5])",
         "  dy = f32[8,5] parameter(0)\n  x = f32[8,3] parameter(1)\n"
