@@ -143,6 +143,12 @@ def _row_broadcast(source, target, dims, space: Space) -> bool:
 
 def check_group(comp: Computation, members: set[str], outputs: set[str]) -> Space:
     """The group's space, or Refusal naming why `members` cannot be one kernel."""
+    if len(outputs) > 1:
+        for o in outputs:
+            inst = comp[o]
+            if inst.op is Op.DYNAMIC_UPDATE_SLICE and comp[inst.operands[0]].op is Op.PARAMETER:
+                # a scan's stacked output: alone, the backends write just its window in place
+                raise Refusal(f"{o} updates a window of {inst.operands[0]} in place, a kernel of its own")
     space, dot = group_space(comp, members)
     if space is None:  # a loop fusion: every output iterates the same space
         dims = {comp[o].array_shape.dims for o in outputs}

@@ -77,9 +77,17 @@ ALIASES = ("tuple", "element", "reshape")
 
 
 def _matrix_product(d: dict) -> bool:
-    """A dot the driver can hand to numba's np.dot: matrix times matrix, float32 or float64."""
-    return len(d["lhs"]) == 2 and len(d["rhs"]) == 2 and d["contracting"] == [[1], [0]] \
+    """A dot the driver can hand to numba's np.dot: matrix times matrix, float32 or float64,
+    either operand read transposed (a backward pass's A.T @ B and A @ B.T)."""
+    return len(d["lhs"]) == 2 and len(d["rhs"]) == 2 and len(d["contracting"][0]) == 1 \
         and d["batch"] == [[], []] and d["dtype"] in ("float32", "float64")
+
+
+def _transposed(d: dict) -> tuple[bool, bool]:
+    """Whether a matrix product reads its lhs, and its rhs, transposed: A.T @ B contracts the
+    lhs's first dimension, A @ B.T the rhs's second."""
+    (lc,), (rc,) = d["contracting"]
+    return lc == 0, rc == 1
 
 
 def _vector_product(d: dict) -> str | None:
@@ -102,10 +110,10 @@ def _vector_product(d: dict) -> str | None:
 
 def _packs(d: dict) -> bool:
     """Whether a small product by a right side the loop keeps goes through `packed_matmul`: where
-    kernels use 512-bit vectors (`gemm.ENABLED`), float32, rows a multiple of 8 and columns of
-    32 (the scanned RNN's parts, 8x256 @ 256x256)."""
+    kernels use 512-bit vectors (`gemm.ENABLED`), neither operand transposed, float32, rows a
+    multiple of 8 and columns of 32 (the scanned RNN's parts, 8x256 @ 256x256)."""
     (m, _), n = d["lhs"], d["rhs"][1]
-    return gemm.ENABLED and d["dtype"] == "float32" and m % ROWS == 0 and n % PANEL == 0
+    return gemm.ENABLED and _transposed(d) == (False, False) and d["dtype"] == "float32" and m % ROWS == 0 and n % PANEL == 0
 
 
 def _contiguous(dims, update_dims) -> bool:
@@ -323,24 +331,30 @@ class _Writer:
             else:
                 self.emit(indent, f"vector_matrix({other}, {matrix}, {out})")
             return
-        (m, k), n = d["lhs"], d["rhs"][1]
+        lhs_t, rhs_t = _transposed(d)
+        m, k = reversed(d["lhs"]) if lhs_t else d["lhs"]
+        n = d["rhs"][0] if rhs_t else d["rhs"][1]
+        a, b = f"{lhs}.T" if lhs_t else lhs, f"{rhs}.T" if rhs_t else rhs  # views, no copies
         if m * n * k > SMALL_DOT:
-            self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
+            self.emit(indent, f"np.dot({a}, {b}, {out})")
         elif rhs in self.invariant and _packs(d):
             state = self.invariant[rhs]
             self.packed.add(state)
             self.emit(indent, f"packed_matmul({lhs}, {rhs}, p{state}, {out})")
         elif self.one_thread and m * n * k >= BLAS_DOT_MIN and m >= BLAS_ROWS_MIN:
             self.blas_dots += 1
-            self.emit(indent, f"np.dot({lhs}, {rhs}, {out})")
-        elif rhs in self.invariant:
-            state = self.invariant[rhs]
-            self.transposed.add(state)
-            self.emit(indent, f"small_matmul_t({lhs}, t{state}, {out})")
+            self.emit(indent, f"np.dot({a}, {b}, {out})")
+        elif rhs in self.invariant or rhs_t:
+            # a @ bt.T: bt is the invariant right side transposed once before the loop, or the
+            # right side itself where the product reads it transposed
+            bt = rhs if rhs_t else f"t{self.invariant[rhs]}"
+            if not rhs_t:
+                self.transposed.add(self.invariant[rhs])
+            self.emit(indent, f"small_matmul_t({a}, {bt}, {out})")
             if m % 4 or n % 2:
-                self.emit(indent, f"small_matmul_t_rest({lhs}, t{state}, {out})")
+                self.emit(indent, f"small_matmul_t_rest({a}, {bt}, {out})")
         else:
-            self.emit(indent, f"small_matmul({lhs}, {rhs}, {out})")
+            self.emit(indent, f"small_matmul({a}, {b}, {out})")
 
     def window(self, window: tuple, step: dict, ins: list[str], out: str, indent: str) -> None:
         """The update computed (or read) and copied into the state element's own buffer."""
