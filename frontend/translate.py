@@ -22,6 +22,27 @@ class FrontendError(Exception):
     """A JAX program xfuse cannot translate; names the primitive and the user's source line."""
 
 
+def implementation_rule(eqn) -> Callable | None:
+    """A rule for a primitive that has none of its own but whose implementation is JAX code (a
+    library's own primitives, as equinox's `unvmap_any` that every diffrax solve binds): the
+    implementation traced for the equation's operands into a jaxpr of other primitives, inlined.
+    None where it does not trace, or traces back to the primitive itself (JAX's own, whose
+    implementation binds it)."""
+    primitive, params = eqn.primitive, dict(eqn.params)
+    impl = getattr(primitive, "impl", None)
+    if impl is None:
+        return None
+    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, weak_type=getattr(v.aval, "weak_type", False))
+               for v in eqn.invars]
+    try:
+        closed = jax.make_jaxpr(lambda *args: impl(*args, **params))(*structs)
+    except Exception:  # an implementation that needs concrete values (a host callback)
+        return None
+    if any(e.primitive is primitive for e in closed.jaxpr.eqns) or len(closed.jaxpr.outvars) != len(eqn.outvars):
+        return None
+    return lambda ctx, params, operands: ctx.inline(closed.jaxpr, closed.consts, operands)
+
+
 class UnsupportedPrimitiveError(FrontendError):
     """A JAX primitive with no rule in the table."""
 
@@ -189,7 +210,7 @@ class Context:
         name = eqn.primitive.name
         self.loc = loc_of(eqn) or default_loc
         self.primitive = name
-        rule = self.rules.get(name)
+        rule = self.rules.get(name) or implementation_rule(eqn)
         if rule is None:
             raise UnsupportedPrimitiveError(name, dict(eqn.params), self.loc)
         where = f" of '{name}' at {self.loc}" if self.loc else f" of '{name}'"
