@@ -152,6 +152,27 @@ def vector_vector(x, y, out):
 
 
 @numba.njit(nogil=True, error_model="numpy", cache=False)
+def scatter_row(operand, index, update, out, add, clip):
+    """out = operand with row `index` (its one element) of the first dimension set to, or
+    added to, `update`: clamped into range (`clip`), or else dropped when out of range, as a
+    fill_or_drop scatter drops it."""
+    n = operand.shape[0]
+    flat_out, flat_in = out.reshape(n, out.size // n), operand.reshape(n, operand.size // n)
+    flat_out[:] = flat_in
+    row = np.int64(index.reshape(-1)[0])
+    if clip:
+        row = min(max(row, 0), n - 1)
+    elif row < 0 or row >= n:
+        return
+    values = update.reshape(-1)
+    for j in range(values.size):
+        if add:
+            flat_out[row, j] += values[j]
+        else:
+            flat_out[row, j] = values[j]
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=False)
 def put_window(target, update, starts, target_dims, update_dims):
     """Writes `update` into the window of `target` at `starts` (both flat views of C-ordered
     arrays of those dims): a loop over the window's rows, each a contiguous copy. (A slice

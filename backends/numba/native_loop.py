@@ -1,5 +1,6 @@
 """Native loops for the numba backend: a while whose condition and body are kernels, matrix
-products (a vector by a matrix too: a sampler's gradient) and branches of those (no f16/bf16, no inner loops or nested programs) runs as one
+products (a vector by a matrix too: a sampler's gradient), a row scattered into an array,
+branches of those and loops of those (inline: a sampler's tree building) (no f16/bf16, no inner loops or nested programs) runs as one
 generated `numba.njit` function that calls the kernels itself, so an iteration does not return
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
 dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's threads when large
@@ -45,8 +46,8 @@ from xfuse.runtime.program import Kernel, walk
 
 from . import cache, gemm
 from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
-from .loop_kernels import (PANEL, ROWS, matrix_vector, packed_matmul, panels, put_window, small_matmul,
-                           small_matmul_t, small_matmul_t_rest, vector_matrix, vector_vector)
+from .loop_kernels import (PANEL, ROWS, matrix_vector, packed_matmul, panels, put_window, scatter_row,
+                           small_matmul, small_matmul_t, small_matmul_t_rest, vector_matrix, vector_vector)
 from .kernels import write_kernel
 from .mathlib.core import SCALEF as AVX512
 from .pipeline import DriverCompiler, KernelCompiler, callee_form
@@ -150,6 +151,12 @@ def _eligible_program(program: dict) -> bool:
             if len({len(b["results"]) for b in step["branches"]}) != 1:
                 return False
             produced[step["outputs"][0]] = "packed" if step["tupled"][0] else "array"
+        elif step["op"] == "while":
+            if not _nested_loop(step):
+                return False
+            produced[step["outputs"][0]] = "packed"
+        elif step["op"] == "library" and _row_scatter(step) is not None:
+            produced[step["outputs"][0]] = "array"
         elif step["op"] == "alias" and step["kind"] in ALIASES:
             kind = step["kind"]
             if kind == "element" and produced.get(step["inputs"][0]) != "packed":
@@ -161,6 +168,28 @@ def _eligible_program(program: dict) -> bool:
         else:
             return False
     return all(produced.get(r, "array") == "array" for r in program["results"])
+
+
+def _nested_loop(step: dict) -> bool:
+    """Whether a while inside a driver's program runs inline there: its condition and body
+    eligible, and none of its kernels a window (those are the outermost loop's own)."""
+    windowed = any(s.get("window") for program in (step["condition"], step["body"]) for s in walk(program))
+    return step["flat"] and not windowed and _eligible_program(step["condition"]) \
+        and _eligible_program(step["body"])
+
+
+def _row_scatter(step: dict) -> tuple[bool, bool] | None:
+    """(add, clip) of a scatter the driver writes itself (`loop_kernels.scatter_row`): one
+    index into the operand's first dimension, the update a whole row of it (x.at[i].set(row),
+    as a sampler's trajectory records its momenta), set or added; None for any other."""
+    if step["fn"] != "scatter":
+        return None
+    attrs, (dims, _) = step["attrs"], step["specs"][0]
+    whole_row = attrs["update_window_dims"] == list(range(len(dims) - 1))
+    if not dims or attrs["inserted_window_dims"] != [0] or attrs["scatter_dims_to_operand_dims"] != [0] \
+            or not whole_row or attrs["operand_batching_dims"] or attrs["combine"] not in ("set", "add"):
+        return None
+    return attrs["combine"] == "add", attrs["mode"] == "clip"
 
 
 def eligible(step: dict) -> bool:
@@ -188,7 +217,7 @@ def _escaping(body: dict) -> tuple[set, bool]:
     which could keep a value past the next iteration."""
     source = {step["outputs"][0]: step["inputs"][0] for step in body["steps"]
               if step["op"] == "alias" and step["kind"] in ("element", "reshape")}
-    branched = {slot for step in body["steps"] if step["op"] == "conditional" for slot in step["outputs"]}
+    branched = {slot for step in body["steps"] if step["op"] in ("conditional", "while") for slot in step["outputs"]}
     params = body["params"]
     escaping, by_turns = set(), True
     for k, slot in enumerate(body["results"]):
@@ -259,6 +288,13 @@ class _Writer:
                 self.dot(step, ins[0], ins[1], var(step["outputs"][0]), indent)
             elif step["op"] == "conditional":
                 self.conditional(step, ins, var(step["outputs"][0]), constants, indent)
+            elif step["op"] == "while":
+                self.nested_loop(step, ins, var(step["outputs"][0]), constants, indent)
+            elif step["op"] == "library":
+                out = var(step["outputs"][0])
+                add, clip = _row_scatter(step)
+                self.buffer(out, *step["specs"][0], indent)
+                self.emit(indent, f"scatter_row({', '.join(ins)}, {out}, {add}, {clip})")
             elif step["op"] == "kernel":
                 name = f"kernel_{len(self.used)}"
                 self.used[name] = kernel = self.kernels[step["kernel"]]
@@ -318,6 +354,24 @@ class _Writer:
             names = [f"{out}_{j}" for j in range(len(results))] if step["tupled"][k] else [out]
             for name, slot in zip(names, results):
                 self.emit(inner, f"{name} = {prefix}{slot}")
+
+    def nested_loop(self, step: dict, ins: list[str], out: str, constants: dict, indent: str) -> None:
+        """A while inside the program, inline: its state `out_<k>` (the elements of the
+        step's one tuple value), its condition and body with buffers of their own each
+        iteration (as a branch's), so no iteration writes over a value another reads."""
+        state = [f"{out}_{k}" for k in range(len(ins))]
+        self.emit(indent, f"{', '.join(state)}{',' if len(state) == 1 else ''} = {', '.join(ins)}")
+        self.emit(indent, "while True:")
+        inner = indent + "    "
+        self.in_branch += 1
+        self.program(step["condition"], f"{out}_a", constants, inner, args=state)
+        (flag,) = step["condition"]["results"]
+        self.emit(inner, f"if not {out}_a{flag}[0]:")
+        self.emit(inner + "    ", "break")
+        self.program(step["body"], f"{out}_b", constants, inner, args=state)
+        results = ", ".join(f"{out}_b{r}" for r in step["body"]["results"])
+        self.emit(inner, f"{', '.join(state)}{',' if len(state) == 1 else ''} = {results}")
+        self.in_branch -= 1
 
     def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
         self.buffer(out, d["dims"], d["dtype"], indent)
@@ -488,7 +542,7 @@ def _digest(text: str) -> str:
 DRIVER = {"error_model": "numpy", "nogil": True, "no_cfunc_wrapper": True}
 HELPERS = {fn.py_func.__name__: callee_form(fn)
            for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, packed_matmul, put_window,
-                      matrix_vector, vector_matrix, vector_vector)}
+                      matrix_vector, vector_matrix, vector_vector, scatter_row)}
 
 
 def _identified(identity: list[str]) -> bool:

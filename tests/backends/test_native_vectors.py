@@ -86,3 +86,56 @@ def test_a_leapfrog_integrator_runs_natively():
     assert compiled.steps_per_call(w, p, 4) == compiled.steps_per_call(w, p, 16)
     for got, want in zip(compiled(w, p, 16), jax.jit(integrate)(w, p, 16)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_loop_inside_a_loop_runs_inline_in_the_driver():
+    """Tree doubling as samplers write it: an outer while whose body runs an inner while with
+    a data-dependent trip count, the inner one branching; one native driver for both."""
+
+    def doubling(v, limit):
+        def outer(state):
+            depth, x = state
+
+            def inner(carry):
+                i, y = carry
+                y = lax.cond(i % 2 == 0, lambda y: jnp.sin(y) + 0.5, lambda y: y * 0.9, y)
+                return i + 1, y
+
+            _, x = lax.while_loop(lambda c: c[0] < 2 ** depth, inner, (0, x))
+            return depth + 1, x
+
+        return lax.while_loop(lambda s: (s[0] < limit) & (jnp.sum(s[1]) < 1e6), outer, (0, v))
+
+    v = np.linspace(-1, 1, 16, dtype=np.float32)
+    compiled = xfuse.jit(doubling).lower(v, 2).compile()
+    assert compiled.steps_per_call(v, 1) == compiled.steps_per_call(v, 6)
+    for limit in (0, 1, 6):
+        for got, want in zip(compiled(v, limit), jax.jit(doubling)(v, limit)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["drop", "clip"])
+@pytest.mark.parametrize("combine", ["set", "add"])
+def test_a_row_scattered_in_a_loop_is_written_by_the_driver(combine, mode):
+    """x.at[i].set(row) (a sampler recording its momenta), i running past the end: dropped
+    (a fill_or_drop scatter), or clamped, as jax.jit does."""
+
+    def record(rows, v, n):
+        def body(i, carry):
+            rows, v = carry
+            v = jnp.cos(v) + 0.1 * i
+            at = rows.at[i]
+            rows = at.set(v, mode=mode) if combine == "set" else at.add(v, mode=mode)
+            return rows, v
+
+        return lax.fori_loop(0, n, body, (rows, v))
+
+    rows = np.zeros((5, 8), np.float32)
+    rows[2, 3] = np.nan
+    v = np.linspace(0, 1, 8, dtype=np.float32)
+    compiled = xfuse.jit(record).lower(rows, v, 3).compile()
+    assert compiled.steps_per_call(rows, v, 2) == compiled.steps_per_call(rows, v, 9)
+    for n in (0, 3, 9):
+        for got, want in zip(compiled(rows, v, n), jax.jit(record)(rows, v, n)):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert np.isnan(rows[2, 3]) and np.count_nonzero(np.nan_to_num(rows)) == 0  # left as it was
