@@ -40,7 +40,20 @@ def implementation_rule(eqn) -> Callable | None:
         return None
     if any(e.primitive is primitive for e in closed.jaxpr.eqns) or len(closed.jaxpr.outvars) != len(eqn.outvars):
         return None
-    return lambda ctx, params, operands: ctx.inline(closed.jaxpr, closed.consts, operands)
+
+    def translate(ctx, params, operands):
+        name, loc, pinned = primitive.name, ctx.loc, ctx.pinned
+        ctx.expanding.append(name)
+        ctx.pinned = pinned or loc  # its equations are at the call's line, not the library's
+        try:
+            return ctx.inline(closed.jaxpr, closed.consts, operands)
+        except UnsupportedPrimitiveError:  # the implementation needs what has no rule either
+            raise UnsupportedPrimitiveError(name, params, loc) from None
+        finally:
+            ctx.expanding.pop()
+            ctx.pinned = pinned
+
+    return translate
 
 
 class UnsupportedPrimitiveError(FrontendError):
@@ -145,6 +158,10 @@ class Context:
         self.keyed = False  # whether any of them is a PRNG key array
         self.primitive = ""
         self.called: list[Computation] = []  # loop bodies, branches: shared with nested contexts
+        # primitives being translated through their implementation (`implementation_rule`):
+        # their equations take the line of the call, and the primitive is not expanded again
+        self.expanding: list[str] = []
+        self.pinned: Loc | None = None
 
     # ------------------------------------------------------------------ helpers for rules
     @property
@@ -208,9 +225,11 @@ class Context:
         """Translates one equation; one with no user frame of its own (the body of a library
         function jax traced once and cached) takes the location of the call it is inlined in."""
         name = eqn.primitive.name
-        self.loc = loc_of(eqn) or default_loc
+        self.loc = self.pinned or loc_of(eqn) or default_loc
         self.primitive = name
-        rule = self.rules.get(name) or implementation_rule(eqn)
+        rule = self.rules.get(name)
+        if rule is None and name not in self.expanding:
+            rule = implementation_rule(eqn)
         if rule is None:
             raise UnsupportedPrimitiveError(name, dict(eqn.params), self.loc)
         where = f" of '{name}' at {self.loc}" if self.loc else f" of '{name}'"

@@ -33,7 +33,7 @@ from .pool import c_ordered
 
 def nested_programs(step: dict) -> Iterator[dict]:
     """The programs a step runs inside itself."""
-    if step["op"] == "nested":
+    if step["op"] in ("nested", "native"):
         yield step["program"]
     elif step["op"] == "while":
         yield step["condition"]

@@ -108,7 +108,8 @@ class Executable:
         # steps): those are copied on the way out, so a caller never shares their memory.
         borrowed = set(self.params) | set(self.constants)
         for step in self.steps:
-            if step.kind == "alias" and borrowed.intersection(step.inputs):
+            # (an alias step whose run says its results are `fresh` never returns what it reads)
+            if step.kind == "alias" and borrowed.intersection(step.inputs) and not getattr(step.run, "fresh", False):
                 borrowed.update(step.outputs)
         self.may_borrow = any(r in borrowed for r in self.results)
         self.program = [self._compile_step(i, step) for i, step in enumerate(self.steps)]

@@ -544,6 +544,11 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
                               label=s["label"]))
             for k, inner in enumerate(branches):
                 inner_sources.update({f"{s['name']}/branch{k}/{n}": v for n, v in inner.kernel_sources.items()})
+        elif op == "native":
+            inner = build(s["program"], kernels, constants, sources, own, backend)
+            steps.append(Step(s["name"], "alias", _native_run(kernels[s["kernel"]].fn, inner), inputs, outputs,
+                              label=s["label"]))
+            inner_sources.update({f"{s['name']}/{n}": v for n, v in inner.kernel_sources.items()})
         elif op == "nested":
             inner = build(s["program"], kernels, constants, sources, own, backend)
             steps.append(Step(s["name"], "alias", _nested_run(inner, s["tupled"]), inputs, outputs,
@@ -557,6 +562,18 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
     kernel_sources.update(inner_sources)
     return Executable(list(program["params"]), list(program["results"]), steps, own,
                       program["n_values"], kernel_sources, specs)
+
+
+def _native_run(native: Callable, inner: Executable) -> Callable:
+    """run(arrays) -> results through the backend's native function for the whole program,
+    or through the program's own steps where it declines (returns None)."""
+
+    def run(xs):
+        results = native(list(xs))
+        return inner(list(xs)) if results is None else results
+
+    run.fresh = getattr(native, "fresh", False)
+    return run
 
 
 def _nested_run(inner: Executable, tupled: bool) -> Callable:

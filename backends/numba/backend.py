@@ -8,7 +8,8 @@ use 512-bit vectors), or, from a few million multiply-adds, split over the hand-
 through `split_gemm` (where oneDNN is there and the CPU has AVX-512; a vector times a matrix of
 a few MiB through numba's loops, where kernels use 512-bit vectors), and applies the epilogue
 kernel to it. f16 and bf16 values are computed in f32 inside kernels. A loop of kernels only
-runs as one numba function (`native_loop`).
+runs as one numba function (`native_loop`), and so does a whole program of such steps with
+small products only (`native_program`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .gemm import ENABLED as GEMM, gemm_f32
 from .split_gemm import enabled as split_enabled, split_f32, vector_f32, vectors_enabled
 from .lowering import lower
 from .native_loop import native_loops
+from .native_program import native_program
 
 NAME = "numba"
 
@@ -35,9 +37,19 @@ def compile_module(module: Module) -> Executable:
                for name, source in lowered.kernels.items()}
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
+    program = lowered.program
+    whole = native_program(module, program, kernels, lowered.constants, lowered.bodies)
+    if whole is not None:  # one native entry a call; the program's own steps where it declines
+        kernels["native_program"] = whole
+        results = list(range(program["n_values"], program["n_values"] + len(program["results"])))
+        program = {"params": program["params"], "results": results, "n_values": results[-1] + 1,
+                   "constants": {}, "param_specs": program["param_specs"],
+                   "steps": [{"op": "native", "name": "native_program", "kernel": "native_program",
+                              "inputs": list(program["params"]), "outputs": results, "program": program,
+                              "label": "the whole program, natively"}]}
     # whether oneDNN is installed is looked up (10 ms, once) only for a program with a product
     has_dot = any(s["op"] == "dot" or s.get("dot") for s in walk(lowered.program))
     products = BackendProducts(thread=gemm_f32 if GEMM else None,
                                split=split_f32 if has_dot and split_enabled() else None,
                                vector=vector_f32 if has_dot and vectors_enabled() else None)
-    return build(lowered.program, kernels, lowered.constants, sources, backend=products)
+    return build(program, kernels, lowered.constants, sources, backend=products)

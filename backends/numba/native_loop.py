@@ -1,5 +1,6 @@
 """Native loops for the numba backend: a while whose condition and body are kernels, matrix
-products (a vector by a matrix too: a sampler's gradient), a row scattered into an array,
+products (a vector by a matrix too: a sampler's gradient), a row scattered into an array, a
+scalar broadcast,
 branches of those and loops of those (inline: a sampler's tree building) (no f16/bf16, no inner loops or nested programs) runs as one
 generated `numba.njit` function that calls the kernels itself, so an iteration does not return
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
@@ -155,7 +156,7 @@ def _eligible_program(program: dict) -> bool:
             if not _nested_loop(step):
                 return False
             produced[step["outputs"][0]] = "packed"
-        elif step["op"] == "library" and _row_scatter(step) is not None:
+        elif step["op"] == "library" and (_row_scatter(step) is not None or _scalar_fill(step)):
             produced[step["outputs"][0]] = "array"
         elif step["op"] == "alias" and step["kind"] in ALIASES:
             kind = step["kind"]
@@ -190,6 +191,11 @@ def _row_scatter(step: dict) -> tuple[bool, bool] | None:
             or not whole_row or attrs["operand_batching_dims"] or attrs["combine"] not in ("set", "add"):
         return None
     return attrs["combine"] == "add", attrs["mode"] == "clip"
+
+
+def _scalar_fill(step: dict) -> bool:
+    """Whether a library step broadcasts a scalar (a fill the lowering left to numpy)."""
+    return step["fn"] == "broadcast" and step["attrs"]["operand"] == []
 
 
 def eligible(step: dict) -> bool:
@@ -292,9 +298,12 @@ class _Writer:
                 self.nested_loop(step, ins, var(step["outputs"][0]), constants, indent)
             elif step["op"] == "library":
                 out = var(step["outputs"][0])
-                add, clip = _row_scatter(step)
                 self.buffer(out, *step["specs"][0], indent)
-                self.emit(indent, f"scatter_row({', '.join(ins)}, {out}, {add}, {clip})")
+                if _scalar_fill(step):
+                    self.emit(indent, f"{out}.reshape(-1)[:] = {ins[0]}[0]")
+                else:
+                    add, clip = _row_scatter(step)
+                    self.emit(indent, f"scatter_row({', '.join(ins)}, {out}, {add}, {clip})")
             elif step["op"] == "kernel":
                 name = f"kernel_{len(self.used)}"
                 self.used[name] = kernel = self.kernels[step["kernel"]]

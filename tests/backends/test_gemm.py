@@ -91,14 +91,20 @@ def test_special_values_follow_ieee_as_blas():
     assert gemm.gemm_f32(a, b, out)
     with np.errstate(all="ignore"):
         want = np.matmul(a, b)
-    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
-    np.testing.assert_array_equal(np.isposinf(out), np.isposinf(want))
-    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(want))
+    # Row 5's other columns sum terms near the largest float: whether a partial sum overflows
+    # (and then whether infinities of both signs meet, NaN) depends on the order of the
+    # additions, which differs between BLAS's kernels of one CPU and another's: those elements
+    # are left out of the comparison of special values.
+    order_free = np.ones(out.shape, bool)
+    order_free[0, 5] = False
+    order_free[0, 5, 40] = True
+    for special in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(special(out)[order_free], special(want)[order_free])
     assert np.isnan(out[0, 0]).all() and np.isnan(out[0, 1, :5]).all() and np.isnan(out[0, 2, 10:20]).all()
     assert np.isnan(out[0, 3, 30]) and np.isposinf(out[0, 5, 40])
     zeros = np.delete(out[0, 4], 30)  # (-0.0 times column 30's inf is NaN)
     assert (zeros == 0).all() and not np.signbit(zeros).any()
-    finite = np.isfinite(want)
+    finite = np.isfinite(want) & np.isfinite(out)
     np.testing.assert_allclose(out[finite], want[finite], rtol=1e-5, atol=1e-4)
 
 

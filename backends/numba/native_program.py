@@ -1,0 +1,127 @@
+"""Whole programs as one native function: where every step of a module's entry program is one
+a native loop's driver runs (kernels, small products, views, branches, loops without windows,
+row scatters: `native_loop`), the program is written as one `numba.njit` function the same
+way, so a call crosses from Python into native code once, not once a step. A sampler's
+transition or a small model's gradient pays for one dispatch instead of dozens.
+
+Programs with a product large enough for BLAS's threads, or xfuse's own split products, keep
+the runtime's steps (their Python cost is small beside the product), as do programs with a
+scan's windows written in place and anything else a driver does not run. Where numba cannot
+type the function at its first call, the runtime's steps run instead, for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import numpy as np
+from numba.core.errors import NumbaError
+
+from xfuse.hlo import Module, Shape
+from xfuse.runtime.products import macs
+from xfuse.runtime.program import Kernel, walk
+
+from .compile import settle
+from .native_loop import SMALL_DOT, Driver, _compile, _eligible_program, _Writer
+
+NAME = "program"
+
+
+def _products(program: dict) -> list[dict]:
+    return [d for s in walk(program)
+            if (d := s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None) is not None]
+
+
+def eligible(program: dict, result_shapes: list) -> bool:
+    """Whether `program` runs as one driver: every step one a driver runs, no window (a scan's
+    stacked output, which the outermost loop's own driver writes), every product small, and
+    every result an array."""
+    if not all(isinstance(shape, Shape) for shape in result_shapes):
+        return False
+    if any(s.get("window") for s in walk(program)) or any(s["op"] == "kernel" and s.get("parallel")
+                                                           for s in walk(program)):
+        return False
+    return all(macs(d) <= SMALL_DOT for d in _products(program)) and _eligible_program(program)
+
+
+def _fresh_slots(program: dict) -> set[int]:
+    """The slots whose value is a buffer the program's own kernels, products or scatters
+    write (directly, or as a tuple element or reshape of one)."""
+    fresh = set()
+    for step in program["steps"]:
+        if step["op"] in ("kernel", "dot", "library"):
+            fresh.update(step["outputs"])
+        elif step["op"] == "alias" and step["kind"] in ("element", "reshape") and step["inputs"][0] in fresh:
+            fresh.update(step["outputs"])
+    return fresh
+
+
+def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -> Driver:
+    """The program's driver: `s<k>` its parameters, its results returned as a tuple."""
+    writer = _Writer(kernels, bodies)
+    writer.one_thread = True
+    n = len(program["params"])
+    writer.program(program, "b", constants, "    ", args=[f"s{k}" for k in range(n)])
+    # A result the program computes into a buffer of this call is returned as it is; any
+    # other (a parameter, a constant, what a branch or loop passed through) is copied, so no
+    # result shares memory with an argument or with the next call's.
+    fresh = _fresh_slots(program)
+    results = [f"b{r}" if r in fresh else f"b{r}.copy()" for r in program["results"]]
+    arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))]
+                          + [f"w{k}" for k in range(len(writer.scratch))])
+    source = "\n".join([f"def {NAME}({arguments}):", *writer.lines,
+                        f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})"]) + "\n"
+    scratch = [(dims, dtype, False) for dims, dtype, _ in writer.scratch]
+    return Driver(source, writer.used, writer.constants, writer.identity, [], [], scratch,
+                  one_thread=writer.blas_dots > 0)
+
+
+def native_program(module: Module, program: dict, kernels: dict, constants: dict,
+                   bodies: dict | None = None) -> Kernel | None:
+    """The whole entry program as one native function, `run(arrays)` -> its results (None
+    where numba cannot compile it: the runtime's steps run instead), or None where the program
+    is not one a driver runs."""
+    root = module.entry_computation.root_instruction
+    shapes = [module.entry_computation[o].shape for o in root.operands] if root.op.value == "tuple" \
+        else [root.shape]
+    if len(shapes) != len(program["results"]) or not eligible(program, shapes):
+        return None
+    driver = write_program(program, kernels, constants, bodies or {})
+    return Kernel(_runner(program, driver, [tuple(s.dims) for s in shapes]))
+
+
+def _runner(program: dict, driver: Driver, result_dims: list[tuple]) -> Callable:
+    from xfuse.runtime import blas
+
+    fn = _compile(driver.source, NAME, driver.used, driver.identity)
+    scalars = [not dims for dims, _ in program["param_specs"]]
+    scalar_results = [k for k, dims in enumerate(result_dims) if not dims]
+    fixed = [*driver.constants]
+    first, failed = [True], [False]
+
+    def run(arrays: list) -> list | None:
+        if failed[0]:
+            return None
+        # C-ordered, as numba types every value of the program; a scalar as one element
+        flat = [x.reshape(1) if scalar else x if x.flags.c_contiguous else np.ascontiguousarray(x)
+                for x, scalar in zip(arrays, scalars)]
+        work = [np.empty(dims, dtype) for dims, dtype, _ in driver.scratch]
+        try:
+            with blas.single_threaded() if driver.one_thread else nullcontext():
+                results = list(fn(*flat, *fixed, *work))
+        except NumbaError:
+            failed[0] = True
+            return None
+        if first[0]:
+            first[0] = False
+            settle(fn)
+        for k in scalar_results:
+            results[k] = results[k].reshape(())
+        return results
+
+    run.source, run.driver, run.fresh = driver.source, driver, True
+    return run
+
+
+__all__ = ["eligible", "native_program", "write_program"]
