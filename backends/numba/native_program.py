@@ -4,9 +4,12 @@ row scatters: `native_loop`), the program is written as one `numba.njit` functio
 way, so a call crosses from Python into native code once, not once a step. A sampler's
 transition or a small model's gradient pays for one dispatch instead of dozens.
 
-Programs with a product large enough for BLAS's threads, or xfuse's own split products, keep
-the runtime's steps (their Python cost is small beside the product), as do programs with a
-scan's windows written in place and anything else a driver does not run. Where numba cannot
+Programs with a loop or a branch only: a lone kernel already goes straight to its compiled
+entry, and a straight line of steps keeps the runtime's buffer plan and threads. Programs with
+a product large enough for BLAS's threads, or xfuse's own split products, keep the runtime's
+steps (their Python cost is small beside the product), as do programs with a kernel worth
+splitting over threads, float16 or bfloat16 values, a scan's windows written in place and
+anything else a driver does not run. Where numba cannot
 type the function at its first call, the runtime's steps run instead, for good.
 """
 
@@ -19,13 +22,21 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from xfuse.hlo import Module, Shape
-from xfuse.runtime.products import macs
+from xfuse.runtime.products import HALF, macs
+from xfuse.runtime.control import nested_programs
 from xfuse.runtime.program import Kernel, walk
 
 from .compile import settle
 from .native_loop import SMALL_DOT, Driver, _compile, _eligible_program, _Writer
 
 NAME = "program"
+
+
+def _half(step: dict) -> bool:
+    """Whether a step computes or reads float16 or bfloat16 values (kernels take them as f32
+    through the runtime's conversions, which a driver does not make)."""
+    specs = [*step.get("specs", []), *step.get("params", [])]
+    return step.get("dtype") in HALF or any(dtype in HALF for _, dtype in specs)
 
 
 def _products(program: dict) -> list[dict]:
@@ -37,10 +48,10 @@ def eligible(program: dict, result_shapes: list) -> bool:
     """Whether `program` runs as one driver: every step one a driver runs, no window (a scan's
     stacked output, which the outermost loop's own driver writes), every product small, and
     every result an array."""
-    if not all(isinstance(shape, Shape) for shape in result_shapes):
+    if not all(isinstance(shape, Shape) and shape.dtype.numpy.name not in HALF for shape in result_shapes):
         return False
-    if any(s.get("window") for s in walk(program)) or any(s["op"] == "kernel" and s.get("parallel")
-                                                           for s in walk(program)):
+    if not _runs_itself(program) or any(s.get("window") or s.get("parallel") or s.get("watching")
+                                        or _half(s) for s in walk(program)):
         return False
     return all(macs(d) <= SMALL_DOT for d in _products(program)) and _eligible_program(program)
 
@@ -63,11 +74,7 @@ def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -
     writer.one_thread = True
     n = len(program["params"])
     writer.program(program, "b", constants, "    ", args=[f"s{k}" for k in range(n)])
-    # A result the program computes into a buffer of this call is returned as it is; any
-    # other (a parameter, a constant, what a branch or loop passed through) is copied, so no
-    # result shares memory with an argument or with the next call's.
-    fresh = _fresh_slots(program)
-    results = [f"b{r}" if r in fresh else f"b{r}.copy()" for r in program["results"]]
+    results = [f"b{r}" for r in program["results"]]
     arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))]
                           + [f"w{k}" for k in range(len(writer.scratch))])
     source = "\n".join([f"def {NAME}({arguments}):", *writer.lines,
@@ -75,6 +82,14 @@ def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -
     scratch = [(dims, dtype, False) for dims, dtype, _ in writer.scratch]
     return Driver(source, writer.used, writer.constants, writer.identity, [], [], scratch,
                   one_thread=writer.blas_dots > 0)
+
+
+def _runs_itself(program: dict) -> bool:
+    """Whether the runtime would run several steps of `program`, one of them a loop or a
+    branch: a lone kernel already goes straight to its compiled entry, and a straight line of
+    steps keeps the runtime's buffer plan, its threads and its products."""
+    working = [s for s in program["steps"] if s["op"] != "alias"]
+    return len(working) > 1 and any(s["op"] in ("while", "conditional") for s in working)
 
 
 def native_program(module: Module, program: dict, kernels: dict, constants: dict,
@@ -87,6 +102,10 @@ def native_program(module: Module, program: dict, kernels: dict, constants: dict
         else [root.shape]
     if len(shapes) != len(program["results"]) or not eligible(program, shapes):
         return None
+    used = {key for p in (program, *(q for s in walk(program) for q in nested_programs(s)))
+            for key in p["constants"].values()}
+    if any(constants[key].dtype.name in HALF for key in used):
+        return None
     driver = write_program(program, kernels, constants, bodies or {})
     return Kernel(_runner(program, driver, [tuple(s.dims) for s in shapes]))
 
@@ -96,6 +115,11 @@ def _runner(program: dict, driver: Driver, result_dims: list[tuple]) -> Callable
 
     fn = _compile(driver.source, NAME, driver.used, driver.identity)
     scalars = [not dims for dims, _ in program["param_specs"]]
+    # A result the program computes into a buffer of this call is returned as it is; any
+    # other (a parameter, a constant, what a branch or loop passed through) is copied, so no
+    # result shares memory with an argument, a constant or another call's result.
+    fresh = _fresh_slots(program)
+    copied = [k for k, slot in enumerate(program["results"]) if slot not in fresh]
     scalar_results = [k for k, dims in enumerate(result_dims) if not dims]
     fixed = [*driver.constants]
     first, failed = [True], [False]
@@ -113,9 +137,18 @@ def _runner(program: dict, driver: Driver, result_dims: list[tuple]) -> Callable
         except NumbaError:
             failed[0] = True
             return None
+        except Exception:
+            if not first[0]:
+                raise
+            # the first call compiles: whatever fails there (a type numba lacks), the
+            # runtime's steps run instead, and say what fails if anything does
+            failed[0] = True
+            return None
         if first[0]:
             first[0] = False
             settle(fn)
+        for k in copied:
+            results[k] = np.array(results[k], copy=True)
         for k in scalar_results:
             results[k] = results[k].reshape(())
         return results

@@ -1,7 +1,8 @@
 """Whole programs as one native function (`native_program`): a program of kernels, small
 products, branches and loops runs as one step a call, against jax.jit; its results never share
 memory with its arguments, its constants or each other's calls; scalars and read-only inputs
-go in and out; a program with a large product keeps the runtime's steps."""
+go in and out; a program with a large product, or a straight line of steps, keeps the
+runtime's steps."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def test_results_never_share_memory_with_arguments_constants_or_other_calls():
     table = np.arange(6, dtype=np.float32)
 
     def f(x, y):
-        return x, jnp.asarray(table), y * 2.0, y.reshape(2, 2)
+        z = lax.cond(jnp.sum(y) > 0, lambda: y * 2.0, lambda: y - 1.0)
+        return x, jnp.asarray(table), z, y.reshape(2, 2)
 
     x, y = np.ones(3, np.float32), np.full(4, 3.0, np.float32)
     compiled = xfuse.jit(f).lower(x, y).compile()
@@ -67,7 +69,8 @@ def test_results_never_share_memory_with_arguments_constants_or_other_calls():
 
 def test_scalars_and_read_only_inputs():
     def f(a, s):
-        return jnp.sum(a * s), a.max() - s
+        total = lax.cond(s > 0, lambda: jnp.sum(a * s), lambda: jnp.sum(a))
+        return total, a.max() - s
 
     a = np.asarray(jnp.arange(5.0, dtype=jnp.float32))  # a jax array's memory: read-only
     assert not a.flags.writeable
@@ -80,10 +83,19 @@ def test_scalars_and_read_only_inputs():
 
 def test_a_program_with_a_large_product_keeps_the_runtimes_steps():
     def f(a, b):
-        return jax.nn.relu(a @ b) + 1.0, jnp.sum(a)
+        return lax.cond(jnp.sum(a) > 0, lambda: jax.nn.relu(a @ b) + 1.0, lambda: a), jnp.sum(a)
 
     a = np.ones((256, 256), np.float32)
     b = np.ones((256, 256), np.float32) / 256
     compiled = xfuse.jit(f).lower(a, b).compile()
     assert compiled.steps_per_call(a, b) > 1
     np.testing.assert_allclose(compiled(a, b)[0], 2.0, rtol=1e-6)
+
+
+def test_a_straight_line_of_steps_keeps_the_runtimes_steps():
+    def f(a, b):
+        return jnp.tanh(a @ b).sum(0), jnp.exp(a).max(1)
+
+    a, b = np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)
+    compiled = xfuse.jit(f).lower(a, b).compile()
+    assert compiled.steps_per_call(a, b) > 1
