@@ -62,7 +62,7 @@ class ColumnPasses:
                 at[pos] = Ix(name, frozenset({name}))
             for pos, name in zip(axes, reduced_vars):
                 at[pos] = Ix(name, frozenset({name}))
-            at[minor] = Ix(f"kc + {column}", frozenset({column}))
+            at[minor] = Ix(f"(kc + {column})", frozenset({column}))  # whole, inside any index
             return tuple(at)
 
         depends = self.reduction_dependents(reductions)
@@ -110,9 +110,10 @@ class ColumnPasses:
         element in this block; NotColumns where `at` leaves the current row of the outer
         kept dimensions or the block's columns."""
         *above, column = (at[d] for d in kept) if len(at) > len(kept) else at
-        if [i.text for i in above] != outer or not column.text.startswith("kc + "):
+        inner = column.text[len("(kc + "):-1]
+        if [i.text for i in above] != outer or column.text != f"(kc + {inner})" or not inner.isidentifier():
             raise NotColumns(tag)
-        return Ix(f"acc_{tag}[{column.text[len('kc + '):]}]", column.deps)
+        return Ix(f"acc_{tag}[{inner}]", column.deps)
 
     def reduction_dependents(self, reductions) -> set[str]:
         """The members computed from a reduction's result."""

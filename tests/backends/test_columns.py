@@ -118,3 +118,26 @@ def test_what_stays_in_the_row_form(fn, shape):
     compiled = xfuse.jit(fn).lower(x).compile()
     assert "for kc in range(" not in compiled.kernel_source()
     np.testing.assert_allclose(compiled(x), jax.jit(fn)(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["numba", "c"])
+def test_columns_read_through_a_reversal_of_the_minor_dimension(backend):
+    """An index into the block's columns is one expression wherever it lands: here under a
+    reversal (`32 - (kc + b)`), found by the differential fuzzer. The C backend renders the
+    same form."""
+
+    def f(v, a):
+        return jnp.sum(jnp.squeeze(jnp.flip(jnp.arctan2(v, a), 2), 1), axis=0, keepdims=True)
+
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal(33).astype(np.float32)
+    v[::2] = np.nan
+    a = rng.standard_normal((4, 1, 33)).astype(np.float32)
+    compiled = xfuse.jit(f, backend=backend).lower(v, a).compile()
+    got, want = compiled(v, a), np.asarray(jax.jit(f)(v, a))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for dtype in (np.float32, np.float64):  # and the plain sum, both ways
+        x = columns_with_specials(dtype, (7, 40), specials=False)
+        flipped = xfuse.jit(lambda x: x[:, ::-1].sum(0), backend=backend)(x)
+        np.testing.assert_allclose(flipped, x[:, ::-1].sum(0), rtol=1e-5)
