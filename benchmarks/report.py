@@ -1,5 +1,6 @@
-"""Presenting results: progress lines while the suite runs, the printed tables, and the bar
-chart of speed-ups over jax.jit (matplotlib when installed, else `png.bar_chart`).
+"""Presenting results: progress lines while the suite runs, the printed tables (the workloads',
+or the corpus programs' with `corpus_tables`), and the bar chart of speed-ups over jax.jit
+(matplotlib when installed, else `png.bar_chart`).
 
 Imports numpy-free standard library only; matplotlib inside `chart`.
 """
@@ -68,20 +69,25 @@ def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> str:
     return "\n".join([line(header), rule, *map(line, rows)])
 
 
+def _time_cell(row: dict, engine: str, notes: list[str], describe) -> str:
+    """An engine's time in a row, or ERROR / WRONG with a note (`describe` words the error)."""
+    result = row["engines"].get(engine)
+    if result is None:
+        return "n/a"
+    if not result.get("ok") or result.get("error"):
+        notes.append(f"{LABELS[engine]} on {row['name']}: {describe(result)}")
+        mark = "ERROR" if not result.get("ok") else seconds(result.get("time_s")) + " WRONG"
+        return f"{mark} [{len(notes)}]"
+    return seconds(result.get("time_s"))
+
+
 def tables(results: dict) -> str:
     engines = results["meta"]["engines"]
     others = [e for e in engines if e != "jax"]
     notes: list[str] = []
 
     def time_cell(row: dict, engine: str) -> str:
-        result = row["engines"].get(engine)
-        if result is None:
-            return "n/a"
-        if not result.get("ok") or result.get("error"):
-            notes.append(f"{LABELS[engine]} on {row['name']}: {_error_text(result)}")
-            mark = "ERROR" if not result.get("ok") else seconds(result.get("time_s")) + " WRONG"
-            return f"{mark} [{len(notes)}]"
-        return seconds(result.get("time_s"))
+        return _time_cell(row, engine, notes, _error_text)
 
     header = ["workload", *(LABELS[e] for e in engines)]
     header += [f"{LABELS[e]} vs jax" for e in others]
@@ -169,17 +175,102 @@ def tables(results: dict) -> str:
     return "\n".join(lines)
 
 
+def corpus_tables(results: dict) -> str:
+    """The corpus run's table: per program the time per call on each engine, the speed-up,
+    kernels, steps per call and the times to first result; errors and wrong results below."""
+    meta = results["meta"]
+    engines = meta["engines"]
+    notes: list[str] = []
+
+    def time_cell(row: dict, engine: str) -> str:
+        return _time_cell(row, engine, notes, _program_error)
+
+    header = ["program", "library", *(LABELS[e] for e in engines), "xfuse vs jax",
+              "kernels xfuse", "kernels XLA", "steps/call", "first result xfuse",
+              "xfuse cached", "jax.jit"]
+    rows = []
+    for row in results["programs"]:
+        first = row["first_result_s"]
+        rows.append([
+            row["name"],
+            row["library"],
+            *(time_cell(row, e) for e in engines),
+            ratio(row["speedup_vs_jax"].get("xfuse")),
+            _count(row["kernels"]["xfuse"]),
+            _count(row["kernels"]["xla"]),
+            _count(row["steps_per_call"]),
+            seconds(first["xfuse"]),
+            seconds(first["xfuse_cached"]),
+            seconds(first["jax"]),
+        ])
+    processes = meta.get("processes", 1)
+    lines = [
+        f"xfuse on real programs ({meta['size']} size), {meta['date']}, "
+        f"{_machine(meta['machine'])}, xfuse backend: {meta['xfuse_backend']}"
+        + (", QUICK mode" if meta["quick"] else ""),
+        "libraries: " + ", ".join(f"{k} {v}" for k, v in meta.get("library_versions", {}).items()),
+        "",
+        "Median time per call; 'xfuse vs jax' is the speed-up over jax.jit (jax.jit time / xfuse "
+        "time, above 1x is faster)."
+        + (f" Each engine ran in {processes} processes, in turns." if processes > 1 else ""),
+        "Kernels: xfuse's compiled.kernel_count(); XLA's compute instructions of the optimised "
+        "ENTRY computation (a loop counts once). Steps/call: what xfuse's runtime runs in Python "
+        "per call, loop iterations it runs itself included.",
+        "First result: a fresh jit's trace + compile + first call in a fresh process (xfuse with "
+        "an empty kernel cache); 'xfuse cached': a second xfuse.jit of the program in that "
+        "process, its kernels in the cache.",
+        "",
+        _grid(header, rows, left=2),
+        "",
+        *([process_table(results), ""] if processes > 1 else []),
+        _load_line(meta),
+    ]
+    for engine, summary in results["summary"].items():
+        lines.append(
+            f"geometric mean speed-up of {LABELS[engine]} over jax.jit: "
+            f"{ratio(summary['geomean_speedup_vs_jax'])} over {summary['workloads_counted']} of "
+            f"{summary['workloads_run']} programs (the others failed or were wrong)"
+        )
+    if notes:
+        lines += ["", "Errors and wrong results:"]
+        lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def _program_error(result: dict) -> str:
+    """A corpus program's failure: the stage, the error, or the first mismatching leaf."""
+    text = str(result.get("error"))
+    if result.get("failed_at"):
+        text = f"at {result['failed_at']}: {text}"
+    check = result.get("check") or {}
+    if not check.get("ok", True):
+        if not check.get("structure_ok", True):
+            text += f" (output structure differs: {check.get('structure')})"
+        elif check.get("first_mismatch"):
+            leaf = check["first_mismatch"]
+            text += (f" ({check['mismatched_leaves']} of {check['leaves']} leaves differ; "
+                     f"first {leaf['path']} {leaf['dtype']}{leaf['shape']}: "
+                     f"max abs error {leaf.get('max_abs_err', float('nan')):.3g}, "
+                     f"got {leaf.get('worst_got')} for {leaf.get('worst_want')})")
+    return text
+
+
 def _machine(machine: dict) -> str:
     """'AMD EPYC (2 cores, znver3, AVX2)': the core and vector extension where recorded."""
     details = [f"{machine['cores']} cores", machine.get("core"), machine.get("simd")]
     return f"{machine['cpu']} ({', '.join(d for d in details if d)})"
 
 
+def rows_of(results: dict) -> list[dict]:
+    """The rows of a run: its corpus programs', or its workloads'."""
+    return results["programs"] if "programs" in results else results["workloads"]
+
+
 def process_table(results: dict) -> str:
     """Each engine's median time in each of its timing processes, in the order they ran."""
     engines = results["meta"]["engines"]
     rows = []
-    for row in results["workloads"]:
+    for row in rows_of(results):
         cells = [row["name"]]
         for engine in engines:
             times = (row["engines"].get(engine) or {}).get("process_times_s")
@@ -231,9 +322,9 @@ def _megabytes(value: int) -> str:
 def chart_series(results: dict) -> tuple[list[str], dict[str, list[float | None]]]:
     """Workload names and, per engine other than jax, its speed-up over jax.jit (None: none)."""
     engines = [e for e in results["meta"]["engines"] if e != "jax"]
-    names = [row["name"] for row in results["workloads"]]
+    names = [row["name"] for row in rows_of(results)]
     series = {
-        LABELS[e]: [row["speedup_vs_jax"].get(e) for row in results["workloads"]] for e in engines
+        LABELS[e]: [row["speedup_vs_jax"].get(e) for row in rows_of(results)] for e in engines
     }
     return names, series
 

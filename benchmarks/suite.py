@@ -2,9 +2,12 @@
 no two thread pools share the 2 cores; `--processes` of them per engine, taking turns with the
 other engines', the median one counting), gathers their JSON, derives speed-ups over jax.jit,
 bandwidth fractions and the geometric mean, then prints the tables and writes JSON and PNG.
+`--corpus real` runs the real-program corpus (`benchmarks/corpus/`) on xfuse and jax.jit the
+same way instead, and reports per program time per call, kernels, steps per call and time to
+first result.
 
 `main(argv)` is both `python -m benchmarks` and `xfuse bench`. Imports numpy only; the engines
-are imported by the worker processes.
+and the corpus's libraries are imported by the worker processes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ WORKER_TIMEOUT_S = 600
 # median of one process's samples cannot see that. Each engine is timed in this many processes,
 # taking turns with the other engines', and the median process counts.
 PROCESSES_FULL = 3
+CORPUS_ENGINES = ("xfuse", "jax")  # a corpus program is a JAX program: no NumPy version of it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,12 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--only",
         action="append",
         metavar="NAME",
-        help="run only workloads whose name contains NAME (repeatable)",
+        help="run only workloads (or corpus programs) whose name contains NAME (repeatable)",
     )
     parser.add_argument(
         "--engines",
-        default="xfuse,jax,numpy,numexpr",
-        help="comma-separated engines to run (default: all)",
+        default=None,
+        help="comma-separated engines to run (default: all; xfuse,jax for --corpus real)",
+    )
+    parser.add_argument(
+        "--corpus",
+        choices=("workloads", "real"),
+        default="workloads",
+        help="what to run: the workloads (default), or the real programs of benchmarks/corpus/ "
+        "(flax, equinox, optax, numpyro, blackjax, diffrax) on xfuse and jax.jit",
+    )
+    parser.add_argument(
+        "--size",
+        choices=("bench", "test"),
+        default="bench",
+        help="the corpus programs' size (--corpus real; default bench, test: the tests' size)",
     )
     parser.add_argument(
         "--processes",
@@ -60,12 +77,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--backend", default=None, help="xfuse backend (default: xfuse's own)")
     parser.add_argument(
-        "--json", type=Path, default=RESULTS / "latest.json", help="where to write the results"
+        "--json", type=Path, default=None,
+        help="where to write the results (default: results/latest.json; results/corpus.json "
+        "for --corpus real)",
     )
     parser.add_argument(
-        "--png", type=Path, default=RESULTS / "latest.png", help="where to draw the chart"
+        "--png", type=Path, default=None,
+        help="where to draw the chart (default: results/latest.png; results/corpus.png)",
     )
-    parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+    parser.add_argument(
+        "--list", action="store_true", help="list the workloads (or corpus programs) and exit"
+    )
 
 
 def run_worker(arguments: list[str], quick: bool, backend: str | None) -> dict:
@@ -230,11 +252,20 @@ def summarize(rows: list[dict], engines: list[str]) -> dict:
     return summary
 
 
-def run(args: argparse.Namespace) -> dict:
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = sorted(set(engines) - set(ENGINES))
+def chosen_engines(args: argparse.Namespace) -> list[str]:
+    """--engines as a list, checked against the engines of what runs."""
+    offered = CORPUS_ENGINES if args.corpus == "real" else ENGINES
+    engines = [e.strip() for e in (args.engines or ",".join(offered)).split(",") if e.strip()]
+    unknown = sorted(set(engines) - set(offered))
     if unknown:
-        raise SystemExit(f"unknown engine {', '.join(unknown)}; choose from {', '.join(ENGINES)}")
+        raise SystemExit(f"unknown engine {', '.join(unknown)}; choose from {', '.join(offered)}")
+    return engines
+
+
+def run(args: argparse.Namespace) -> dict:
+    engines = chosen_engines(args)
+    if args.corpus == "real":
+        return run_corpus(args, engines)
     workloads = select(args.only)
     # A kernel cache of the run's own: the cold compile process finds it empty, the timing
     # process after it finds what the cold one stored (the warm compile).
@@ -244,6 +275,30 @@ def run(args: argparse.Namespace) -> dict:
         return _run(args, engines, workloads)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def run_meta(args: argparse.Namespace, engines: list[str], processes: int, begun: float,
+             load_before) -> dict:
+    """What a run's JSON says of the run: when, where, with what, and how busy the host was."""
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "versions": versions(),
+        "quick": args.quick,
+        "processes": processes,
+        "engines": engines,
+        "xfuse_backend": args.backend or "default",
+        "suite_wall_s": time.perf_counter() - begun,
+        "load_average_before": load_before,
+        "load_average_after": _load_average(),
+    }
+
+
+def process_count(args: argparse.Namespace) -> int:
+    processes = args.processes or (1 if args.quick else PROCESSES_FULL)
+    if processes < 1:
+        raise SystemExit(f"--processes must be at least 1, not {processes}")
+    return processes
 
 
 def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
@@ -259,9 +314,7 @@ def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
     overhead = run_worker(["overhead"], args.quick, None)
     log.done(report.status(overhead, "time_s"))
 
-    processes = args.processes or (1 if args.quick else PROCESSES_FULL)
-    if processes < 1:
-        raise SystemExit(f"--processes must be at least 1, not {processes}")
+    processes = process_count(args)
     rows = []
     for workload in workloads:
         cold = None
@@ -280,16 +333,7 @@ def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
 
     return {
         "meta": {
-            "date": datetime.date.today().isoformat(),
-            "machine": machine(),
-            "versions": versions(),
-            "quick": args.quick,
-            "processes": processes,
-            "engines": engines,
-            "xfuse_backend": args.backend or "default",
-            "suite_wall_s": time.perf_counter() - begun,
-            "load_average_before": load_before,
-            "load_average_after": _load_average(),
+            **run_meta(args, engines, processes, begun, load_before),
             "xla_kernel_rule": (
                 "instructions of the ENTRY computation of jax.jit(f).lower(*args).compile()"
                 ".as_text(), except parameter, constant, tuple, get-tuple-element, bitcast, "
@@ -304,19 +348,110 @@ def _run(args: argparse.Namespace, engines: list[str], workloads: list) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- the corpus
+
+
+def derive_program(program, runs: dict[str, list[dict]]) -> dict:
+    """One corpus program's row: the median process per engine, the speed-up over jax.jit,
+    kernels, steps per call, and each engine's time to first result (median over processes)."""
+    engines = {engine: median_process(done) for engine, done in runs.items()}
+    times = {name: r["time_s"] for name, r in engines.items()
+             if r.get("ok") and r.get("error") is None and "time_s" in r}
+    jax_time = times.get("jax")
+    row: dict = {
+        "name": program.name,
+        "library": program.library,
+        "description": program.description,
+        "engines": engines,
+        "speedup_vs_jax": {n: jax_time / t for n, t in times.items() if n != "jax" and jax_time},
+    }
+    fastest = {n: min(engines[n].get("process_times_s") or [t]) for n, t in times.items()}
+    row["speedup_vs_jax_fastest"] = {
+        n: fastest["jax"] / t for n, t in fastest.items() if n != "jax" and jax_time
+    }
+    xf, xla = engines.get("xfuse", {}), engines.get("jax", {})
+    row["kernels"] = {"xfuse": xf.get("kernel_count"), "xla": xla.get("xla_kernel_count")}
+    row["steps_per_call"] = xf.get("steps_per_call")
+
+    def first(engine: str, key: str) -> float | None:
+        values = sorted(r[key] for r in runs.get(engine, []) if r.get(key) is not None)
+        return values[(len(values) - 1) // 2] if values else None
+
+    row["first_result_s"] = {
+        "xfuse": first("xfuse", "time_to_first_result_s"),
+        "xfuse_cached": first("xfuse", "cached_first_result_s"),
+        "jax": first("jax", "time_to_first_result_s"),
+    }
+    return row
+
+
+def run_corpus(args: argparse.Namespace, engines: list[str]) -> dict:
+    """Every selected corpus program on each engine, `--processes` processes each in turns."""
+    from .corpus import select as select_programs
+
+    programs = select_programs(args.only)
+    processes = process_count(args)
+    load_before = _load_average()
+    begun = time.perf_counter()
+    log = report.Progress()
+    rows = []
+    for program in programs:
+        runs: dict[str, list[dict]] = {engine: [] for engine in engines}
+        for turn in range(processes):
+            for engine, done in runs.items():
+                what = engine if processes == 1 else f"{engine} ({turn + 1}/{processes})"
+                log.step(program.name, what)
+                arguments = ["program", engine, program.name, "--size", args.size]
+                done.append(run_worker(arguments, args.quick, args.backend))
+                log.done(report.status(done[-1], "time_s"))
+        rows.append(derive_program(program, runs))
+    return {
+        "meta": {
+            "corpus": "real",
+            "size": args.size,
+            "library_versions": library_versions(),
+            **run_meta(args, engines, processes, begun, load_before),
+        },
+        "programs": rows,
+        "summary": summarize(rows, engines),
+    }
+
+
+def library_versions() -> dict:
+    """The versions of the libraries the corpus programs are written with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("flax", "optax", "equinox", "numpyro", "blackjax", "diffrax"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Benchmark xfuse against jax.jit, NumPy and numexpr."
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
+    corpus = args.corpus == "real"
     if args.list:
+        if corpus:
+            from .corpus import select as select_programs
+
+            for program in select_programs(args.only):
+                print(f"{program.name:34} {program.library:9} {program.description}")
+            return 0
         for workload in select(args.only):
             print(f"{workload.name:32} {workload.description}")
         return 0
+    args.json = args.json or RESULTS / ("corpus.json" if corpus else "latest.json")
+    args.png = args.png or RESULTS / ("corpus.png" if corpus else "latest.png")
     results = run(args)
     print()
-    print(report.tables(results))
+    print(report.corpus_tables(results) if corpus else report.tables(results))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1) + "\n")
     chart = report.chart(results, args.png)

@@ -4,6 +4,8 @@ the JSON). Tasks:
 
     time ENGINE WORKLOAD     compile (if the engine compiles), warm up, time, check the result
     compile WORKLOAD         xfuse only: lower + compile + first call, and the kernel count
+    program ENGINE NAME      a corpus program (benchmarks/corpus/) on xfuse or jax: time to
+                             first result, kernels, steps per call, time per call, check
     bandwidth                NumPy copy of a large, already-touched buffer
 
 Timing: warm-up calls until `warmup_s` has passed (at least two), then `repeats` samples of
@@ -44,6 +46,15 @@ class TimingPlan:
         if quick:
             return cls(warmup_s=0.02, sample_s=0.005, total_s=0.05, min_repeats=3, max_repeats=10)
         return cls(warmup_s=0.1, sample_s=0.02, total_s=0.3, min_repeats=5, max_repeats=40)
+
+    @classmethod
+    def for_programs(cls, quick: bool) -> TimingPlan:
+        """Corpus programs: a longer warm-up, as xfuse's runtime settles how it runs a program's
+        products and splits over the first calls (tens of them: 100 ms calls that become 3-10
+        ms ones in the flax.nnx step), and more time in all, calls taking milliseconds."""
+        if quick:
+            return cls(warmup_s=0.3, sample_s=0.02, total_s=0.3, min_repeats=3, max_repeats=10)
+        return cls(warmup_s=1.5, sample_s=0.05, total_s=1.5, min_repeats=5, max_repeats=40)
 
 
 def measure(call: Callable[[], object], plan: TimingPlan) -> dict:
@@ -140,6 +151,143 @@ def task_compile(workload_name: str, backend: str | None) -> dict:
     return result
 
 
+def _library_startup(engine: str, backend: str | None) -> None:
+    """What a process sets up once, not counted in the time to first result: jax's backend and
+    first trace, and for xfuse its frontend and the numba backend's modules."""
+    import jax
+
+    jax.block_until_ready(jax.device_put(0.0))
+    jax.jit(lambda a: a * 2.0)(1.0)
+    if engine != "xfuse":
+        return
+    import xfuse
+
+    xfuse.jit(lambda a: a * 2.0).lower(np.float32(1.0))
+    if backend in (None, "numba"):
+        from xfuse.backends import numba as numba_backend
+
+        numba_backend.initialize()
+
+
+def task_program(engine: str, name: str, quick: bool, size: str, backend: str | None) -> dict:
+    """One corpus program on one engine. Time to first result: a fresh jit's trace, compile
+    and first call (xfuse with an empty kernel cache of the process's own, so each process
+    compiles every kernel as a first run does). Then the time per call of the jitted
+    function; for xfuse also its kernel count and steps per call, and its outputs checked
+    against jax.jit's (computed after timing). jax.jit's outputs are the yardstick: its
+    check only says they are finite."""
+    import os
+    import shutil
+    import tempfile
+
+    from .corpus import BY_NAME
+
+    program = BY_NAME[name]
+    result: dict = {"task": "program", "engine": engine, "program": name,
+                    "library": program.library, "size": size, "quick": quick}
+    cache = tempfile.mkdtemp(prefix="xfuse-corpus-cache-")
+    os.environ["XFUSE_CACHE_DIR"] = cache
+    result["stage"] = "build"  # what runs now; `failed_at` if it raises
+    try:
+        started = time.perf_counter()
+        fn, args = program.build(size)
+        result["build_s"] = time.perf_counter() - started
+        result["stage"] = "start-up"
+        _library_startup(engine, backend)
+        import jax
+
+        jax.clear_caches()  # `build` may have jitted the program (a training state some steps in)
+        if engine == "xfuse":
+            call, output = _program_xfuse(fn, args, backend, result)
+        elif engine == "jax":
+            call, output = _program_jax(fn, args, result)
+        else:
+            raise ValueError(f"corpus programs run on xfuse or jax, not {engine!r}")
+        result["stage"] = "timing"
+        result.update(measure(call, TimingPlan.for_programs(quick)))
+        result["peak_rss_bytes"] = peak_rss()
+        result["stage"] = "check"
+        result["check"] = _program_check(engine, fn, args, output)
+    except Exception as error:
+        result.update(ok=False, error=_describe(error), failed_at=result.pop("stage"))
+        return result
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    del result["stage"]
+    result["ok"] = True
+    result["error"] = None if result["check"]["ok"] else "wrong result (see check)"
+    return result
+
+
+def _program_xfuse(fn: Callable, args: tuple, backend: str | None, result: dict):
+    """Time to first result, kernels and steps of a fresh xfuse.jit; then the jitted function
+    the user calls, after its own first call, and its output."""
+    import jax
+    import xfuse
+
+    result["stage"] = "trace"
+    start = time.perf_counter()
+    lowered = xfuse.jit(fn, backend=backend).lower(*args)
+    traced = time.perf_counter()
+    result["stage"] = "compile"
+    compiled = lowered.compile()
+    done = time.perf_counter()
+    result["stage"] = "first call"
+    jax.block_until_ready(compiled(*args))
+    first = time.perf_counter()
+    result.update(
+        backend=lowered.backend,
+        trace_s=traced - start,
+        compile_s=done - traced,
+        first_call_s=first - done,
+        time_to_first_result_s=first - start,
+        kernel_count=compiled.kernel_count(),
+        steps_per_call=compiled.steps_per_call(*args),
+    )
+    # The user's path: xfuse.jit(fn) called. Its first call traces and compiles again, finding
+    # the kernels the first compile left in the cache.
+    jitted = xfuse.jit(fn, backend=backend)
+    start = time.perf_counter()
+    output = jax.block_until_ready(jitted(*args))
+    result["cached_first_result_s"] = time.perf_counter() - start
+    if lowered.backend == "jax":
+        return (lambda: jax.block_until_ready(jitted(*args))), output
+    return (lambda: jitted(*args)), output
+
+
+def _program_jax(fn: Callable, args: tuple, result: dict):
+    """Time to first result of a fresh jax.jit on device arrays; XLA's kernels (from a lower
+    and compile after it); the jitted call, and its output."""
+    import jax
+
+    from .engines import xla_kernels
+
+    device_args = jax.block_until_ready(jax.device_put(args))
+    result["stage"] = "first call"
+    jitted = jax.jit(fn)
+    start = time.perf_counter()
+    output = jax.block_until_ready(jitted(*device_args))
+    result["time_to_first_result_s"] = time.perf_counter() - start
+    kernels = xla_kernels(jitted.lower(*device_args).compile().as_text())
+    result.update(xla_kernel_count=len(kernels), xla_kernels=kernels)
+    return (lambda: jax.block_until_ready(jitted(*device_args))), output
+
+
+def _program_check(engine: str, fn: Callable, args: tuple, output: object) -> dict:
+    """xfuse: its outputs against jax.jit's, leaf by leaf (`corpus.compare`); jax: whether its
+    float outputs are finite."""
+    import jax
+
+    from .corpus import compare
+
+    if engine == "xfuse":
+        return dict(compare(output, jax.jit(fn)(*args)), reference="jax.jit")
+    leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(output)]
+    floats = [leaf for leaf in leaves if np.issubdtype(leaf.dtype, np.inexact)]
+    finite = all(np.isfinite(leaf).all() for leaf in floats)
+    return {"ok": bool(finite), "leaves": len(leaves), "reference": None}
+
+
 def task_bandwidth(quick: bool) -> dict:
     """Copy bandwidth: bytes read plus bytes written per second by `np.copyto`."""
     nbytes = (64 if quick else 256) * 2**20
@@ -163,9 +311,14 @@ def _describe(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.worker")
-    parser.add_argument("task", choices=("time", "compile", "bandwidth", "overhead"))
-    parser.add_argument("names", nargs="*", help="ENGINE WORKLOAD for time, WORKLOAD for compile")
+    parser.add_argument("task", choices=("time", "compile", "program", "bandwidth", "overhead"))
+    parser.add_argument(
+        "names", nargs="*",
+        help="ENGINE WORKLOAD for time, WORKLOAD for compile, ENGINE PROGRAM for program",
+    )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--size", default="bench", choices=("bench", "test"),
+                        help="a corpus program's size (program only; default bench)")
     parser.add_argument("--backend", default=None, help="xfuse backend (default: xfuse's)")
     args = parser.parse_args(argv)
     if args.task == "time":
@@ -174,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.task == "compile":
         (workload,) = args.names
         result = task_compile(workload, args.backend)
+    elif args.task == "program":
+        engine, program = args.names
+        result = task_program(engine, program, args.quick, args.size, args.backend)
     elif args.task == "overhead":
         result = task_overhead(args.quick)
     else:
