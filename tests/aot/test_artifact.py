@@ -59,7 +59,10 @@ WORKLOADS = {
 }
 
 
-def assert_same(got, want, rtol=2e-6, atol=1e-6) -> None:
+def assert_same(got, want, rtol=2e-5, atol=2e-5) -> None:
+    # The artifact's products run in numpy's BLAS, the JIT's where the runtime chooses (oneDNN,
+    # its split products): the sums' orders differ by host (znver5 here: 3e-5 relative after a
+    # softmax), so the bound is float32's rounding of those sums, as against jax.jit.
     got_leaves, got_tree = jax.tree_util.tree_flatten(got)
     want_leaves, want_tree = jax.tree_util.tree_flatten(want)
     assert got_tree == want_tree

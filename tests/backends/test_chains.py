@@ -221,7 +221,8 @@ def test_an_artifact_runs_the_chain_with_its_c_kernels(tmp_path):
     loaded = xfuse.aot.load(compiled.save(tmp_path / "attention.xfa"))
     assert any("+dot_general" in s.name for s in loaded.executable.steps)
     close_to_jax(loaded(*args), masked, args)
-    np.testing.assert_allclose(loaded(*args), compiled(*args), rtol=2e-6, atol=1e-7)
+    # its products in numpy's BLAS, the JIT's where the runtime chooses: sums in other orders
+    np.testing.assert_allclose(loaded(*args), compiled(*args), rtol=2e-5, atol=1e-5)
 
 
 def test_float64_attention_chains(monkeypatch):
