@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import xfuse
@@ -99,3 +100,15 @@ def test_a_straight_line_of_steps_keeps_the_runtimes_steps():
     a, b = np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)
     compiled = xfuse.jit(f).lower(a, b).compile()
     assert compiled.steps_per_call(a, b) > 1
+
+
+def test_bad_input_to_a_native_program_names_the_argument():
+    args = arguments()
+    jitted = xfuse.jit(sampler_like)
+    jitted(*args)
+    assert jitted.lower(*args).compile().steps_per_call(*args) == 1
+    with pytest.raises(TypeError, match="argument x"):
+        jitted(args[0], "not an array", *args[2:])
+    with pytest.raises(TypeError, match="argument w"):
+        jitted.lower(*args).compile()(np.ones(3, np.float32), *args[1:])
+    np.testing.assert_allclose(jitted(*args)[3], jax.jit(sampler_like)(*args)[3], rtol=2e-5)
