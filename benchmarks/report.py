@@ -81,6 +81,13 @@ def _time_cell(row: dict, engine: str, notes: list[str], describe) -> str:
     return seconds(result.get("time_s"))
 
 
+def _notes(notes: list[str]) -> list[str]:
+    """The numbered notes a table's cells point to, as lines after it."""
+    if not notes:
+        return []
+    return ["", "Errors and wrong results:", *(f"  [{i}] {note}" for i, note in enumerate(notes, 1))]
+
+
 def tables(results: dict) -> str:
     engines = results["meta"]["engines"]
     others = [e for e in engines if e != "jax"]
@@ -169,10 +176,7 @@ def tables(results: dict) -> str:
             f"geometric mean speed-up of {LABELS[engine]} over jax.jit: {ratio(mean)} "
             f"over {summary['workloads_counted']} of {summary['workloads_run']} workloads{between}"
         )
-    if notes:
-        lines += ["", "Errors and wrong results:"]
-        lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
-    return "\n".join(lines)
+    return "\n".join(lines + _notes(notes))
 
 
 def corpus_tables(results: dict) -> str:
@@ -231,10 +235,7 @@ def corpus_tables(results: dict) -> str:
             f"{ratio(summary['geomean_speedup_vs_jax'])} over {summary['workloads_counted']} of "
             f"{summary['workloads_run']} programs (the others failed or were wrong)"
         )
-    if notes:
-        lines += ["", "Errors and wrong results:"]
-        lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
-    return "\n".join(lines)
+    return "\n".join(lines + _notes(notes))
 
 
 def _program_error(result: dict) -> str:

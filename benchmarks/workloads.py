@@ -382,15 +382,21 @@ WORKLOADS: tuple[Workload, ...] = (
 BY_NAME: dict[str, Workload] = {w.name: w for w in WORKLOADS}
 
 
+def named(items: tuple, patterns: list[str] | None, noun: str) -> list:
+    """The `items` whose name contains any of `patterns` (all when none given); SystemExit
+    listing them (`noun`s) when none does."""
+    if not patterns:
+        return list(items)
+    chosen = [item for item in items if any(p in item.name for p in patterns)]
+    if not chosen:
+        names = ", ".join(item.name for item in items)
+        raise SystemExit(f"--only {' '.join(patterns)} matches no {noun}; the {noun}s: {names}")
+    return chosen
+
+
 def select(patterns: list[str] | None) -> list[Workload]:
     """The workloads whose name contains any of `patterns` (all when none given)."""
-    if not patterns:
-        return list(WORKLOADS)
-    chosen = [w for w in WORKLOADS if any(p in w.name for p in patterns)]
-    if not chosen:
-        names = ", ".join(BY_NAME)
-        raise SystemExit(f"--only {' '.join(patterns)} matches no workload; the workloads: {names}")
-    return chosen
+    return named(WORKLOADS, patterns, "workload")
 
 
 def reference(workload: Workload, inputs: tuple[np.ndarray, ...]) -> np.ndarray:

@@ -32,13 +32,14 @@ def implementation_rule(eqn) -> Callable | None:
     impl = getattr(primitive, "impl", None)
     if impl is None:
         return None
-    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, weak_type=getattr(v.aval, "weak_type", False))
-               for v in eqn.invars]
+    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype,
+                                    weak_type=getattr(v.aval, "weak_type", False)) for v in eqn.invars]
     try:
         closed = jax.make_jaxpr(lambda *args: impl(*args, **params))(*structs)
     except Exception:  # an implementation that needs concrete values (a host callback)
         return None
-    if any(e.primitive is primitive for e in closed.jaxpr.eqns) or len(closed.jaxpr.outvars) != len(eqn.outvars):
+    if any(e.primitive is primitive for e in closed.jaxpr.eqns) \
+            or len(closed.jaxpr.outvars) != len(eqn.outvars):
         return None
 
     def translate(ctx, params, operands):

@@ -20,11 +20,11 @@ from xfuse.hlo import Computation, Instruction, Literal, Module, Op
 from .algebraic_parts import (
     Pattern, Replacement, Rewrite, all_operands_same, any_of, attr_is, bypass_inner,
     compose_broadcasts, compose_transposes, constant_selector, either_is, exponent,
-    fold_transpose_into_dot, forward, no_contraction, outer_product, swap_dot_operands, swapped_dot, full_slice, highest, identity_broadcast,
+    fold_transpose_into_dot, forward, full_slice, highest, identity_broadcast,
     identity_permutation, integer_zero, lowest, multiply_by_reciprocal, negative_zero,
-    no_dimensions, no_padding, one, operand_is, positive_zero, power_of_two_divisor,
-    reduce_no_axes, rhs_is, same_op_twice, same_shape_operand, single_operand, splat_of_one,
-    transposed_dot_operand,
+    no_contraction, no_dimensions, no_padding, one, operand_is, outer_product, positive_zero,
+    power_of_two_divisor, reduce_no_axes, rhs_is, same_op_twice, same_shape_operand,
+    single_operand, splat_of_one, swap_dot_operands, swapped_dot, transposed_dot_operand,
 )
 from .pipeline import register
 from .rewrite import Namer, map_computations
@@ -42,8 +42,8 @@ class Context:
 
     def uses(self, name: str) -> int:
         """How often the computation as the sweep began reads `name` (the root counts once).
-        Rewrites within a sweep only move reads of a value to values that read it, so a count
-        of one stays an upper bound's worth of safety: a value read once is read once."""
+        A rewrite within the sweep only passes a value on to instructions that already read
+        what it replaces, so a value read once here is never read by more than that one."""
         if self._uses is None:
             counts: dict[str, int] = {self.comp.root: 1}
             for inst in self.comp.instructions:
@@ -194,8 +194,9 @@ RULES: tuple[Rule, ...] = (
         "(A B)^T = B^T A^T: a dot whose result is read only transposed, with its operands' free "
         "dimensions swapped, is the dot of its operands in the other order: each element is a "
         "sum of the same products (a * b = b * a exactly), summed as any dot sums (BLAS picks the "
-        "order), and the transposed copy is never made, so backward passes' weight gradients come out in the weights' layout (XLA's "
-        "layout assignment gets there by choosing the dot's output layout).",
+        "order), and the transposed copy is never made, so backward passes' weight gradients "
+        "come out in the weights' layout (XLA's layout assignment gets there by choosing the "
+        "dot's output layout).",
     ),
     Rule(
         "broadcast_broadcast",

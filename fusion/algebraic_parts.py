@@ -231,7 +231,8 @@ def swapped_dot(ctx: Context, inst: Instruction) -> Instruction | None:
     left, right = lhs.rank - len(lc) - batch, rhs.rank - len(lc) - batch
     if left == 0 or right == 0:
         return None
-    swapped = (*range(batch), *range(batch + left, batch + left + right), *range(batch, batch + left))
+    swapped = (*range(batch), *range(batch + left, batch + left + right),
+               *range(batch, batch + left))
     return dot if tuple(inst.attr("permutation")) == swapped else None
 
 
@@ -239,7 +240,8 @@ def swap_dot_operands(ctx: Context, inst: Instruction, dot: Instruction) -> Repl
     (lc, rc), (lb, rb) = dot.attr("contracting"), dot.attr("batch")
     attrs = dict(dot.attrs) | {"contracting": (rc, lc), "batch": (rb, lb)}
     operands = (dot.operands[1], dot.operands[0])
-    return [dot.replace(name=inst.name, shape=inst.shape, operands=operands, attrs=tuple(attrs.items()))]
+    return [dot.replace(name=inst.name, shape=inst.shape, operands=operands,
+                        attrs=tuple(attrs.items()))]
 
 
 def no_contraction(ctx: Context, inst: Instruction) -> tuple | None:
@@ -265,7 +267,8 @@ def outer_product(ctx: Context, inst: Instruction, spread: tuple) -> Replacement
     broadcasts = [Instruction(ctx.fresh("broadcast_in_dim"), Op.BROADCAST_IN_DIM, inst.shape,
                               (operand,), (("dims", dims),), inst.loc)
                   for operand, dims in zip(inst.operands, spread)]
-    product = Instruction(inst.name, Op.MUL, inst.shape, (broadcasts[0].name, broadcasts[1].name), (), inst.loc)
+    product = Instruction(inst.name, Op.MUL, inst.shape, tuple(b.name for b in broadcasts), (),
+                          inst.loc)
     return [*broadcasts, product]
 
 

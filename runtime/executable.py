@@ -45,13 +45,13 @@ _COUNTING: list = []
 
 class StepCounter:
     """Python-level step executions seen while `count_steps` was open: `steps`, the steps run
-    (a native loop or program counts as the one step that enters it), and `programs`, the
-    programs (top-level and nested: loop bodies, conditions, branches) that ran them."""
+    by every program, top-level and nested (loop bodies, conditions, branches); a native loop
+    or program counts as the one step that enters it."""
 
-    __slots__ = ("steps", "programs")
+    __slots__ = ("steps",)
 
     def __init__(self) -> None:
-        self.steps = self.programs = 0
+        self.steps = 0
 
 
 class count_steps:  # noqa: N801 - a context manager, named as contextlib's are
@@ -109,7 +109,8 @@ class Executable:
         borrowed = set(self.params) | set(self.constants)
         for step in self.steps:
             # (an alias step whose run says its results are `fresh` never returns what it reads)
-            if step.kind == "alias" and borrowed.intersection(step.inputs) and not getattr(step.run, "fresh", False):
+            fresh = getattr(step.run, "fresh", False)
+            if step.kind == "alias" and borrowed.intersection(step.inputs) and not fresh:
                 borrowed.update(step.outputs)
         self.may_borrow = any(r in borrowed for r in self.results)
         self.program = [self._compile_step(i, step) for i, step in enumerate(self.steps)]
@@ -224,7 +225,6 @@ class Executable:
         """Every value slot after running the steps on `arrays`."""
         if _COUNTING:
             _COUNTING[-1].steps += len(self.program)
-            _COUNTING[-1].programs += 1
         values: list = [None] * self.n_values
         for slot, array in zip(self.params, arrays):
             values[slot] = array

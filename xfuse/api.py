@@ -77,9 +77,9 @@ class Jitted:
         self._last: tuple = (None, None, None)
         self._device_fast = False  # whether _fast holds entries for jax arrays
         # Pytrees of arrays: (x64, backend choice, tree structure, static values, (class,
-        # shape, dtype) of each leaf) -> (run on the leaves, whether jax arrays among them are
-        # read as numpy arrays first). A call pays for one flatten (in C) and its key, not for
-        # each leaf's abstract signature (`_tree_call`).
+        # shape, dtype) of each leaf) -> (run on the leaves, None or each leaf's dtype to
+        # convert it to, None for a leaf passed as it is). A call pays for one flatten (in C)
+        # and its key, not for each leaf's abstract signature (`_tree_call`).
         self._tree_fast: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
         self._compiling: dict[tuple, threading.Lock] = {}

@@ -25,7 +25,7 @@ from .gemm import ENABLED as GEMM, gemm_f32
 from .split_gemm import enabled as split_enabled, split_f32, vector_f32, vectors_enabled
 from .lowering import lower
 from .native_loop import native_loops
-from .native_program import native_program
+from .native_program import as_one_step, native_program
 
 NAME = "numba"
 
@@ -41,12 +41,7 @@ def compile_module(module: Module) -> Executable:
     whole = native_program(module, program, kernels, lowered.constants, lowered.bodies)
     if whole is not None:  # one native entry a call; the program's own steps where it declines
         kernels["native_program"] = whole
-        results = list(range(program["n_values"], program["n_values"] + len(program["results"])))
-        program = {"params": program["params"], "results": results, "n_values": results[-1] + 1,
-                   "constants": {}, "param_specs": program["param_specs"],
-                   "steps": [{"op": "native", "name": "native_program", "kernel": "native_program",
-                              "inputs": list(program["params"]), "outputs": results, "program": program,
-                              "label": "the whole program, natively"}]}
+        program = as_one_step(program, "native_program")
     # whether oneDNN is installed is looked up (10 ms, once) only for a program with a product
     has_dot = any(s["op"] == "dot" or s.get("dot") for s in walk(lowered.program))
     products = BackendProducts(thread=gemm_f32 if GEMM else None,

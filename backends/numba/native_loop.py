@@ -1,7 +1,7 @@
 """Native loops for the numba backend: a while whose condition and body are kernels, matrix
-products (a vector by a matrix too: a sampler's gradient), a row scattered into an array, a
-scalar broadcast,
-branches of those and loops of those (inline: a sampler's tree building) (no f16/bf16, no inner loops or nested programs) runs as one
+products (either operand transposed; a vector by a matrix too: a sampler's gradient), a row
+scattered into an array, a scalar fill, branches of those and loops of those (written inline:
+a sampler's tree building), with no f16/bf16 and no other nested programs, runs as one
 generated `numba.njit` function that calls the kernels itself, so an iteration does not return
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
 dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's threads when large
@@ -115,7 +115,8 @@ def _packs(d: dict) -> bool:
     kernels use 512-bit vectors (`gemm.ENABLED`), neither operand transposed, float32, rows a
     multiple of 8 and columns of 32 (the scanned RNN's parts, 8x256 @ 256x256)."""
     (m, _), n = d["lhs"], d["rhs"][1]
-    return gemm.ENABLED and _transposed(d) == (False, False) and d["dtype"] == "float32" and m % ROWS == 0 and n % PANEL == 0
+    return gemm.ENABLED and _transposed(d) == (False, False) and d["dtype"] == "float32" \
+        and m % ROWS == 0 and n % PANEL == 0
 
 
 def _contiguous(dims, update_dims) -> bool:
@@ -223,7 +224,8 @@ def _escaping(body: dict) -> tuple[set, bool]:
     which could keep a value past the next iteration."""
     source = {step["outputs"][0]: step["inputs"][0] for step in body["steps"]
               if step["op"] == "alias" and step["kind"] in ("element", "reshape")}
-    branched = {slot for step in body["steps"] if step["op"] in ("conditional", "while") for slot in step["outputs"]}
+    branched = {slot for step in body["steps"] if step["op"] in ("conditional", "while")
+                for slot in step["outputs"]}
     params = body["params"]
     escaping, by_turns = set(), True
     for k, slot in enumerate(body["results"]):
@@ -477,7 +479,7 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
     be written in place and the driver be cached."""
     n = len(step["inputs"])
     writer = _Writer(kernels, bodies or {})
-    writer.one_thread = all(macs(d) <= SMALL_DOT for d in _products(step))
+    writer.one_thread = all(macs(d) <= SMALL_DOT for d in products(step["condition"], step["body"]))
     writer.lines.append("    while True:")
     writer.program(step["condition"], "a", constants, "        ")
     (flag,) = step["condition"]["results"]
@@ -505,10 +507,10 @@ def write_driver(step: dict, kernels: dict, constants: dict, name: str,
                   writer.blas_dots > 0, packed)
 
 
-def _products(step: dict) -> list[dict]:
-    """Every product a while step's driver computes: its dots and the dots of its output
-    fusions, in its condition, body and their branches."""
-    return [d for program in (step["condition"], step["body"]) for s in walk(program)
+def products(*programs: dict) -> list[dict]:
+    """Every product a driver of `programs` computes: their dots and the dots of their output
+    fusions, nested programs' included."""
+    return [d for program in programs for s in walk(program)
             if (d := s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None) is not None]
 
 

@@ -9,8 +9,8 @@ entry, and a straight line of steps keeps the runtime's buffer plan and threads.
 a product large enough for BLAS's threads, or xfuse's own split products, keep the runtime's
 steps (their Python cost is small beside the product), as do programs with a kernel worth
 splitting over threads, float16 or bfloat16 values, a scan's windows written in place and
-anything else a driver does not run. Where numba cannot
-type the function at its first call, the runtime's steps run instead, for good.
+anything else a driver does not run. Where numba cannot type the function at its first call,
+the runtime's steps run instead, for good.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from xfuse.runtime.control import nested_programs
 from xfuse.runtime.program import Kernel, walk
 
 from .compile import settle
-from .native_loop import SMALL_DOT, Driver, _compile, _eligible_program, _Writer
+from .native_loop import SMALL_DOT, Driver, _compile, _eligible_program, _Writer, products
 
 NAME = "program"
 
@@ -39,21 +39,20 @@ def _half(step: dict) -> bool:
     return step.get("dtype") in HALF or any(dtype in HALF for _, dtype in specs)
 
 
-def _products(program: dict) -> list[dict]:
-    return [d for s in walk(program)
-            if (d := s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None) is not None]
-
-
-def eligible(program: dict, result_shapes: list) -> bool:
+def eligible(program: dict, result_shapes: list, constants: dict) -> bool:
     """Whether `program` runs as one driver: every step one a driver runs, no window (a scan's
-    stacked output, which the outermost loop's own driver writes), every product small, and
-    every result an array."""
+    stacked output, which the outermost loop's own driver writes), every product small, no
+    float16 or bfloat16 anywhere, and every result an array."""
     if not all(isinstance(shape, Shape) and shape.dtype.numpy.name not in HALF for shape in result_shapes):
         return False
     if not _runs_itself(program) or any(s.get("window") or s.get("parallel") or s.get("watching")
                                         or _half(s) for s in walk(program)):
         return False
-    return all(macs(d) <= SMALL_DOT for d in _products(program)) and _eligible_program(program)
+    used = {key for p in (program, *(q for s in walk(program) for q in nested_programs(s)))
+            for key in p["constants"].values()}
+    if any(constants[key].dtype.name in HALF for key in used):
+        return False
+    return all(macs(d) <= SMALL_DOT for d in products(program)) and _eligible_program(program)
 
 
 def _fresh_slots(program: dict) -> set[int]:
@@ -100,14 +99,20 @@ def native_program(module: Module, program: dict, kernels: dict, constants: dict
     root = module.entry_computation.root_instruction
     shapes = [module.entry_computation[o].shape for o in root.operands] if root.op.value == "tuple" \
         else [root.shape]
-    if len(shapes) != len(program["results"]) or not eligible(program, shapes):
-        return None
-    used = {key for p in (program, *(q for s in walk(program) for q in nested_programs(s)))
-            for key in p["constants"].values()}
-    if any(constants[key].dtype.name in HALF for key in used):
+    if len(shapes) != len(program["results"]) or not eligible(program, shapes, constants):
         return None
     driver = write_program(program, kernels, constants, bodies or {})
     return Kernel(_runner(program, driver, [tuple(s.dims) for s in shapes]))
+
+
+def as_one_step(program: dict, kernel: str) -> dict:
+    """`program` as one step that runs the native function `kernel` (the runtime's `native`
+    step), the program itself kept inside it for where the function declines."""
+    results = list(range(program["n_values"], program["n_values"] + len(program["results"])))
+    return {"params": program["params"], "results": results, "n_values": results[-1] + 1,
+            "constants": {}, "param_specs": program["param_specs"],
+            "steps": [{"op": "native", "name": kernel, "kernel": kernel, "inputs": list(program["params"]),
+                       "outputs": results, "program": program, "label": "the whole program, natively"}]}
 
 
 def _runner(program: dict, driver: Driver, result_dims: list[tuple]) -> Callable:
@@ -157,4 +162,4 @@ def _runner(program: dict, driver: Driver, result_dims: list[tuple]) -> Callable
     return run
 
 
-__all__ = ["eligible", "native_program", "write_program"]
+__all__ = ["as_one_step", "eligible", "native_program", "write_program"]

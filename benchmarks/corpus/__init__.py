@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import equinox_programs, flax_programs, optimizers, probabilistic, recurrent
 from .compare import compare
+from ..workloads import named
 from .program import SIZES, Program
 
 PROGRAMS: tuple[Program, ...] = (
@@ -25,13 +26,7 @@ BY_NAME: dict[str, Program] = {p.name: p for p in PROGRAMS}
 
 def select(patterns: list[str] | None) -> list[Program]:
     """The programs whose name contains any of `patterns` (all when none given)."""
-    if not patterns:
-        return list(PROGRAMS)
-    chosen = [p for p in PROGRAMS if any(pattern in p.name for pattern in patterns)]
-    if not chosen:
-        names = ", ".join(BY_NAME)
-        raise SystemExit(f"--only {' '.join(patterns)} matches no program; the programs: {names}")
-    return chosen
+    return named(PROGRAMS, patterns, "program")
 
 
 __all__ = ["BY_NAME", "PROGRAMS", "SIZES", "Program", "compare", "select"]
