@@ -12,6 +12,7 @@ softmax(relu(x @ w + b)) end to end)."""
 
 from __future__ import annotations
 
+import time
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,10 +103,14 @@ def test_special_values_as_numpys_blas(two_threads):
 
 
 def test_a_worker_runs_parts(two_threads):
-    a, b = _operand(64, 512, "N"), _operand(512, 1024, "N")
-    out = np.empty((64, 1024), np.float32)
+    # A part a worker has not begun when the caller's is done goes back to the caller; on a busy
+    # machine the worker may not be scheduled for a while, so parts large enough to take
+    # milliseconds are tried until one ran on a worker or a minute has passed.
+    a, b = _operand(256, 1024, "N"), _operand(1024, 2048, "N")
+    out = np.empty((256, 2048), np.float32)
     before = handoff.served()
-    for _ in range(200):  # a part a worker has not begun when the caller's is done goes back to the caller
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
         assert split_gemm.split_f32(a, b, out)
         if handoff.served() > before:
             break
