@@ -188,6 +188,8 @@ def _conv(ctx, params, operands):
     kernel = tuple(rhs.array_shape.dims[a] for a in rhs_spec[2:])
     _check_size(ctx, kernel, "kernel")
     work = out.dtype
+    if groups == 1 and batch_groups == 1 and rank and not _channels_minor(lhs, lhs_spec[1]):
+        return _channels_major(ctx, params, lhs, rhs, (lhs_spec, rhs_spec, out_spec), kernel, out_spatial)
     x = ctx.emit(Op.TRANSPOSE, lhs, permutation=(lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
     w = ctx.emit(Op.TRANSPOSE, rhs, permutation=(*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
     features_in, features = w.array_shape.dims[-2], w.array_shape.dims[-1]
@@ -215,6 +217,55 @@ def _conv(ctx, params, operands):
     result = ctx.convert(result, out.dtype)
     result = _reshape(ctx, result, (out.dims[out_spec[0]], *out_spatial, features))
     return _to_out_layout(ctx, result, out_spec)
+
+
+def _channels_minor(lhs: Instruction, feature: int) -> bool:
+    """Whether the input's feature axis is its minor one as stored: the last axis, or the last
+    axis of the operand of the transpose that made it (a layer's output moved to NCHW)."""
+    if lhs.op is Op.TRANSPOSE:
+        return lhs.attr("permutation")[feature] == lhs.array_shape.rank - 1
+    return feature == lhs.array_shape.rank - 1
+
+
+def _channels_major(ctx, params, lhs, rhs, specs, kernel, out_spatial) -> Instruction:
+    """conv_general_dilated whose input has a spatial axis minor (NCHW, as equinox and PyTorch
+    lay images out): the kernel (O, C x offsets) times patches (C x offsets, N x out spatial),
+    each offset's strided slice a row block whose loop runs along the input's minor axis (a
+    patch matrix with channels minor would read the input a plane apart per element). The
+    product (O, N x positions) goes to the output layout."""
+    lhs_spec, rhs_spec, out_spec = specs
+    rank, out = len(lhs_spec) - 2, ctx.out
+    x = ctx.emit(Op.TRANSPOSE, lhs, permutation=(lhs_spec[1], lhs_spec[0], *lhs_spec[2:]))  # (C, N, spatial...)
+    channels, batch = x.array_shape.dims[:2]
+    zero = ctx.constant(0, x.array_shape.dtype)
+    x = _pad(ctx, x, zero, ((0, 0), (0, 0), *params["padding"]), (1, 1, *params["lhs_dilation"]))
+    w = ctx.emit(Op.TRANSPOSE, rhs, permutation=(rhs_spec[0], rhs_spec[1], *rhs_spec[2:]))  # (O, C, kernel...)
+    features = w.array_shape.dims[0]
+    offsets = list(itertools.product(*map(range, kernel)))
+    w = _reshape(ctx, w, (features, channels, len(offsets)))
+    strides, dilation = tuple(map(int, params["window_strides"])), tuple(map(int, params["rhs_dilation"]))
+    positions = batch * math.prod(out_spatial)
+    chunks = range(0, len(offsets), TAPS_PER_PRODUCT)
+    work = out.dtype
+    if len(chunks) > 1 and work in (DType.F16, DType.BF16):
+        work = DType.F32
+    result = None
+    for first in chunks:
+        taps = offsets[first : first + TAPS_PER_PRODUCT]
+        pieces = [_reshape(ctx, _offset_slice(ctx, x, offset, strides, dilation, out_spatial, range(2, rank + 2)),
+                           (channels, 1, batch, *out_spatial)) for offset in taps]
+        patches = pieces[0] if len(pieces) == 1 else ctx.emit(Op.CONCATENATE, *pieces, dimension=1)
+        patches = _reshape(ctx, patches, (channels * len(taps), positions))
+        kernel_part = w if len(chunks) == 1 else _slice_along(ctx, w, 2, first, first + len(taps))
+        kernel_part = _reshape(ctx, kernel_part, (features, channels * len(taps)))
+        part = dot(ctx, kernel_part, patches, ((1,), (0,)), ((), ()), work)
+        result = part if result is None else ctx.emit(Op.ADD, result, part)
+    result = _reshape(ctx, ctx.convert(result, out.dtype), (features, batch, *out_spatial))
+    permutation = [0] * (rank + 2)
+    permutation[out_spec[0]], permutation[out_spec[1]] = 1, 0
+    for i, axis in enumerate(out_spec[2:]):
+        permutation[axis] = i + 2
+    return ctx.emit(Op.TRANSPOSE, result, permutation=tuple(permutation))
 
 
 def _to_out_layout(ctx: Context, result: Instruction, out_spec: tuple[int, ...]) -> Instruction:

@@ -28,6 +28,7 @@ from .algebraic_parts import (
 )
 from .pipeline import register
 from .rewrite import Namer, map_computations
+from .scatter_cells import cell_select, one_window_per_cell
 
 
 class Context:
@@ -185,6 +186,17 @@ RULES: tuple[Rule, ...] = (
         "a dot with no contracting dimensions sums nothing: each element is the one product "
         "a[i] * b[j] (per batch index), which a multiply of the two operands broadcast to the "
         "result gives exactly; it then fuses as elementwise work (a scalar times a vector).",
+    ),
+    Rule(
+        "scatter_one_window_per_cell",
+        (Op.SCATTER,),
+        one_window_per_cell,
+        cell_select,
+        "when each cell of the operand's batch receives at most one window and each window "
+        "spans its dimensions, an element is updated exactly when its position along the "
+        "inserted dimensions equals the (clamped) index of its cell, or, in fill mode, when "
+        "the window lies in bounds; the select of combine(old, update) or old there is the "
+        "scatter's result, with no two updates meeting at one element.",
     ),
     Rule(
         "transpose_of_dot",

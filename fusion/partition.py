@@ -65,6 +65,15 @@ def _hoistable(comp: Computation, inst) -> bool:
     return not varying or not expanded or max(varying) < min(expanded)
 
 
+def _moves_minor_axis(comp: Computation, inst) -> bool:
+    """A reshape whose minor dimension is not its operand's: a kernel ending in it would index
+    its own loops by division and remainder (and could not split a concatenate at its seams)."""
+    if inst.op is not Op.RESHAPE:
+        return False
+    source, target = comp[inst.operands[0]].array_shape.dims, inst.array_shape.dims
+    return bool(source) and bool(target) and source[-1] != target[-1]
+
+
 class Partitioner:
     def __init__(self, comp: Computation, machine: Machine = DEFAULT_MACHINE) -> None:
         self.comp = comp
@@ -225,7 +234,7 @@ class Partitioner:
             return
         consumer_groups = sorted({g for u in self.users[name] for g in self.member_of.get(u, ())})
         if not consumer_groups:
-            self.new_group({name})
+            self.own_group(name)
             return
         if len(consumer_groups) == 1:
             # With every user inside the group no cycle can form; a user outside any kernel
@@ -234,7 +243,7 @@ class Partitioner:
             gid, reason, saved = self.try_join(name, consumer_groups, check_cycles=others)
             self.record(name, consumer_groups[0], gid is not None, reason, saved)
             if gid is None:
-                self.new_group({name})
+                self.own_group(name)
             return
         gid, reason, saved = self.try_join(name, consumer_groups, check_cycles=True)
         if gid is not None:
@@ -251,6 +260,15 @@ class Partitioner:
                 self.record(name, joined, True, f"{apart}; {why_not}; computed in one of them as an extra output", saved)
                 return
         self.record(name, consumer_groups[0], False, f"{apart}; {why_not}")
+        self.new_group({name})
+
+    def own_group(self, name: str) -> None:
+        """`name` starts a kernel of its own, unless it is a reshape moving the minor axis: on a
+        stored value that is free (a view), and its producer's loop then runs over its own
+        shape instead of dividing its index into the reshape's."""
+        if _moves_minor_axis(self.comp, self.comp[name]):
+            self.record(name, None, False, "a reshape moving the minor axis: a view of its stored operand")
+            return
         self.new_group({name})
 
     def duplicate(self, name: str, gids: list[int]) -> tuple[bool, str]:

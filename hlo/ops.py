@@ -348,14 +348,16 @@ OPS: dict[Op, OpInfo] = {
         min_arity=1,
         result_given=True,
     ),
-    # Data ops are opaque: no fusion pass moves them or fuses anything into them.
+    # Data ops are opaque: no fusion pass moves them or fuses anything into them. A gather is
+    # injective: each element of its result reads one element of its operand, as XLA's loop
+    # fusion reads it.
     **{op: OpInfo(1, OPQ, SD.cumulative(allowed), ref, SCAN) for op, allowed, ref in (
         (Op.CUMSUM, "numeric", RD.CUMSUM), (Op.CUMPROD, "numeric", RD.CUMPROD),
         (Op.CUMMAX, "numeric", RD.CUMMAX), (Op.CUMMIN, "numeric", RD.CUMMIN))},
     Op.SORT: OpInfo(None, OPQ, SD.sort, RD.sort, (_int("dimension"), _flag("is_stable"), _int("num_keys", 1)),
                     min_arity=1),
     Op.TOP_K: OpInfo(1, OPQ, SD.top_k, RD.top_k, (_int("k"), _int("axis"))),
-    Op.GATHER: OpInfo(None, OPQ, SD.gather, RD.gather, (
+    Op.GATHER: OpInfo(None, I, SD.gather, RD.gather, (
         _ints("offset_dims"), _ints("collapsed_slice_dims"), _ints("start_index_map"),
         _ints("operand_batching_dims", ()), _ints("start_indices_batching_dims", ()), _ints("slice_sizes"),
         AttrSpec("mode", AttrKind.ENUM, choices=SD.GATHER_MODES)), min_arity=2),

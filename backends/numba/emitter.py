@@ -528,6 +528,51 @@ class Emitter:
         return self.emit(f"({new.text} if {condition} else {old.text})", deps)
 
 
+    def op_gather(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
+        """The operand element this result element reads, as `hlo.reference_data.gather`: the
+        index vector at the result's batch position gives each window's start (clamped so the
+        window fits; in fill mode, first wrapped to int32 as jax does, and the fill value where
+        the window does not fit), batching dims follow the batch position."""
+        a = dict(inst.attrs)
+        x = self.comp[inst.operands[0]].array_shape
+        indices = self.comp[inst.operands[1]].array_shape
+        offset, sizes = a["offset_dims"], a["slice_sizes"]
+        batch = [ix for d, ix in enumerate(index) if d not in offset]
+        fill = a["mode"] == "fill_or_drop"
+        wide = any(d > np.iinfo(np.int32).max for d in x.dims)
+        starts: dict[int, Ix] = {}
+        inside = []
+        for k, d in enumerate(a["start_index_map"]):
+            raw = self.value(inst.operands[1], (*batch, const(str(k))))
+            text = raw.text
+            if fill and not wide:
+                text = f"np.int32({text})"  # jax converts fill-mode indices to int32, wrapping
+            elif indices.dtype is DType.U64:
+                text = f"min({text}, np.uint64({np.iinfo(np.int64).max}))"
+            s = self.emit(f"np.int64({text})", raw.deps, "at")
+            hi = x.dims[d] - sizes[d]
+            inside.append(f"({s.text} >= 0) & ({s.text} <= {hi})")
+            starts[d] = self.emit(clamp_text(s.text, 0, hi), s.deps, "start")
+        for d, b in zip(a["operand_batching_dims"], a["start_indices_batching_dims"]):
+            starts[d] = batch[b]
+        kept = [d for d in range(x.rank) if d not in a["collapsed_slice_dims"] and d not in a["operand_batching_dims"]]
+        where = dict(zip(kept, offset))
+        mapped = []
+        for d in range(x.rank):
+            start = starts.get(d, const("0"))
+            if d in where:
+                i = index[where[d]]
+                mapped.append(Ix(i.text if start.text == "0" else f"({start.text} + {i.text})", start.deps | i.deps))
+            else:
+                mapped.append(start)
+        value = self.value(inst.operands[0], tuple(mapped))
+        if not fill or not inside:
+            return value
+        filler = self.value(inst.operands[2], ())
+        deps = value.deps | filler.deps | frozenset().union(*(s.deps for s in starts.values()))
+        return self.emit(f"({value.text} if {' & '.join(inside)} else {filler.text})", deps)
+
+
 def _int_div_source(kind: str, dtype: DType) -> str:
     T = np_name(dtype)
     if dtype.is_signed:

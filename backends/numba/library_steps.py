@@ -1,5 +1,5 @@
-"""Library steps of a lowered program: the data ops (cumulative ops, sort, top_k, gather,
-scatter), which no kernel holds, and broadcasts standing alone, run as numpy calls from
+"""Library steps of a lowered program: the data ops (cumulative ops, sort, top_k, scatter),
+which no kernel holds (a gather is kernel code: `emitter.Emitter.op_gather`), and broadcasts standing alone, run as numpy calls from
 `xfuse.runtime.library`. A step names the function and carries the instruction's attributes
 as JSON values (int lists, flags as bools), so an AOT artifact runs it with numpy alone.
 Imports xfuse.hlo only.
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from xfuse.hlo import Instruction, Op, TupleShape
 
-LIBRARY_OPS = frozenset({Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN, Op.SORT, Op.TOP_K, Op.GATHER,
-                         Op.SCATTER})
+LIBRARY_OPS = frozenset({Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN, Op.SORT, Op.TOP_K, Op.SCATTER})
 FLAGS = ("reverse", "is_stable")
 
 

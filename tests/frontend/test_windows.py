@@ -1,5 +1,5 @@
-"""The window rules (`xfuse.frontend.windows`): a convolution layer's shape after fusion, a
-larger convolution than the corpus has (its loops run in parallel), and the error for windows
+"""The window rules (`xfuse.frontend.windows`): a convolution layer's shape after fusion (NHWC
+and NCHW), a larger convolution than the corpus has (its loops run in parallel), and the error for windows
 too large to expand. The corpus (`corpus_windows.py`) checks every form on every backend."""
 
 from __future__ import annotations
@@ -48,6 +48,26 @@ def test_a_conv_layer_matches_jax_jit(n: int) -> None:
     args = _layer_inputs(n=n, size=32)
     got = np.asarray(xfuse.jit(conv_layer)(*args))
     want = np.asarray(jax.jit(conv_layer)(*args))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_an_nchw_conv_writes_its_patches_along_the_images_rows() -> None:
+    """An input with a spatial axis minor (NCHW, as equinox lays images out) gives patches
+    (channels x offsets, images x positions): the loop that writes them ends in the nine-way
+    concatenate, whose innermost loop runs along the image's rows; the reshape to the product's
+    operand is a view, not part of the loop."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3, 12, 10)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+
+    def conv(x, w):
+        return jax.nn.relu(lax.conv(x, w, (1, 1), "SAME"))
+
+    compiled = xfuse.jit(conv).lower(x, w).compile()
+    text = compiled.as_text()
+    patches = next(block for block in text.split("\n\n") if "concatenate(" in block)
+    assert "ROOT concatenate" in patches and "f32[3,9,4,12,10]" in patches
+    got, want = np.asarray(xfuse.jit(conv)(x, w)), np.asarray(jax.jit(conv)(x, w))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 

@@ -43,6 +43,7 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "transpose_transpose",
         "transpose_identity",
         "dot_of_transpose",
+        "scatter_one_window_per_cell",
         "transpose_of_dot",
         "dot_without_sums",
         "broadcast_broadcast",
