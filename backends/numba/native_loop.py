@@ -8,10 +8,10 @@ dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's thre
 (`SMALL_DOT`); where every product of the loop is small, BLAS runs them on one thread, and
 the tiniest (`BLAS_DOT_MIN`), and those of few rows where the CPU has no AVX-512
 (`BLAS_ROWS_MIN`), run in the driver's own loops, as do the small ones of a loop that has a
-large one too. Other loops, and any loop numba fails to type on its first call, run in the
-runtime (`xfuse.runtime.control`); so do loops with a kernel large enough to split
-its rows over threads, which the runtime does and a driver does not (and where a step's
-Python overhead is small beside its work).
+large one too. A kernel the runtime would split over threads runs on one thread in a driver:
+a backward scan's weight-gradient epilogues and bias sums lose less there than each
+iteration's return to Python cost. Other loops, and any loop numba fails to type on its first
+call, run in the runtime (`xfuse.runtime.control`).
 
 A scan's stacked outputs are written as XLA writes them: a fusion that is only a
 dynamic_update_slice of a state element, which the body passes to nothing else and returns in
@@ -140,8 +140,6 @@ def _eligible_program(program: dict) -> bool:
         elif step["op"] == "kernel":
             d = step.get("dot")
             if d is not None and not _matrix_product(d) and _vector_product(d) is None:
-                return False
-            if step["parallel"] and _window(step) is None:
                 return False
             if any(d in HALF for _, d in step["specs"] + step["params"]):
                 return False
