@@ -100,19 +100,43 @@ def make_plan(executable, donated: frozenset[int] = frozenset()) -> BufferPlan:
     for buf, base in root.items():
         if base in busy_until:
             busy_until[base] = max(busy_until[base], last.get(buf, buf[0]))
-    sizes = {buf: _aligned(steps[buf[0]].out_specs[buf[1]].nbytes) for buf in temps}
+    intervals = {buf: (buf[0], busy_until[buf], steps[buf[0]].out_specs[buf[1]].nbytes) for buf in temps}
+    plan.offsets, plan.arena_bytes = first_fit(intervals)
+    for step in steps:  # a step running a whole program natively plans its own buffers
+        memory = getattr(step.run, "memory", None) if step.kind == "alias" else None
+        if memory is not None:
+            plan.output_bytes += memory.output_bytes
+            plan.scratch_bytes = max(plan.scratch_bytes, memory.temp_bytes)
+            plan.unplanned_bytes += memory.unplanned_bytes
+    return plan
+
+
+def first_fit(intervals: dict) -> tuple[dict, int]:
+    """(offset of each buffer, arena bytes) for `intervals`: buffer -> (first step, last step,
+    bytes); buffers whose steps overlap never share memory. First fit by decreasing size,
+    each buffer 64-byte aligned."""
+    offsets, arena = {}, 0
     placed: list[tuple[int, int, int, int]] = []  # (first step, last step, offset, size)
-    for buf in sorted(temps, key=lambda b: (-sizes[b], b)):
-        start, stop, size = buf[0], busy_until[buf], sizes[buf]
+    for buf in sorted(intervals, key=lambda b: (-_aligned(intervals[b][2]), b)):
+        start, stop, nbytes = intervals[buf]
+        size = _aligned(nbytes)
         offset = 0
         for lo, hi in sorted((o, o + n) for a, b, o, n in placed if a <= stop and start <= b):
             if offset + size <= lo:
                 break
             offset = max(offset, hi)
         placed.append((start, stop, offset, size))
-        plan.offsets[buf] = offset
-        plan.arena_bytes = max(plan.arena_bytes, offset + size)
-    return plan
+        offsets[buf] = offset
+        arena = max(arena, offset + size)
+    return offsets, arena
+
+
+class NativeMemory:
+    """What a step running a whole program natively holds during a call: its results' bytes,
+    its work buffers' arena, and what those buffers would take unshared."""
+
+    def __init__(self, output_bytes: int, temp_bytes: int, unplanned_bytes: int) -> None:
+        self.output_bytes, self.temp_bytes, self.unplanned_bytes = output_bytes, temp_bytes, unplanned_bytes
 
 
 def _same(a, b) -> bool:

@@ -572,7 +572,8 @@ def _native_run(native: Callable, inner: Executable) -> Callable:
         results = native(list(xs))
         return inner(list(xs)) if results is None else results
 
-    run.fresh = getattr(native, "fresh", False)
+    run.fresh, run.inner = getattr(native, "fresh", False), inner
+    run.memory = getattr(native, "memory", None)
     return run
 
 

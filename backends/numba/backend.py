@@ -38,13 +38,20 @@ def compile_module(module: Module) -> Executable:
     sources = {name: source.source for name, source in lowered.kernels.items()}
     kernels.update(native_loops(lowered.program, kernels, lowered.constants, lowered.bodies))
     program = lowered.program
-    whole = native_program(module, program, kernels, lowered.constants, lowered.bodies)
-    if whole is not None:  # one native entry a call; the program's own steps where it declines
-        kernels["native_program"] = whole
-        program = as_one_step(program, "native_program")
     # whether oneDNN is installed is looked up (10 ms, once) only for a program with a product
     has_dot = any(s["op"] == "dot" or s.get("dot") for s in walk(lowered.program))
     products = BackendProducts(thread=gemm_f32 if GEMM else None,
                                split=split_f32 if has_dot and split_enabled() else None,
                                vector=vector_f32 if has_dot and vectors_enabled() else None)
-    return build(program, kernels, lowered.constants, sources, backend=products)
+    whole = native_program(module, program, kernels, lowered.constants, lowered.bodies)
+    if whole is None:
+        return build(program, kernels, lowered.constants, sources, backend=products)
+    # one native entry a call (the program's own steps where it declines), unless its work
+    # buffers would take more memory than the runtime's plan gives the steps
+    kernels["native_program"] = whole
+    native = build(as_one_step(program, "native_program"), kernels, lowered.constants, sources, backend=products)
+    if not any(s["op"] in ("while", "conditional") for s in program["steps"]):
+        stepwise = native.steps[0].run.inner
+        if native.plan.temp_bytes > stepwise.plan.temp_bytes:
+            return stepwise
+    return native

@@ -261,6 +261,7 @@ class _Writer:
         self.transposed: set[int] = set()  # invariant state the driver transposes before the loop
         self.packed: set[int] = set()  # invariant state packed into panels before the loop
         self.scratch: list[tuple] = []  # the work buffers w<k>: (dims, dtype, two of them)
+        self.scratch_names: list[str] = []  # the value each work buffer holds, by its name
         self.escaping: set[str] = set()  # body values that may become state (see buffer)
         self.by_turns = True  # whether those may use two buffers by turns
         self.in_branch = 0
@@ -342,6 +343,7 @@ class _Writer:
             self.emit(indent, f"{name} = np.empty({_dims(dims)}, np.{dtype})")
             return
         self.scratch.append((tuple(dims) or (1,), dtype, escapes))
+        self.scratch_names.append(name)
         k = len(self.scratch) - 1
         self.emit(indent, f"{name} = w{k}_1 if turn else w{k}_0" if escapes else f"{name} = w{k}")
 

@@ -2,19 +2,22 @@
 a native loop's driver runs (kernels, small products, views, branches, loops without windows,
 row scatters: `native_loop`), the program is written as one `numba.njit` function the same
 way, so a call crosses from Python into native code once, not once a step. A sampler's
-transition or a small model's gradient pays for one dispatch instead of dozens.
+transition or a small model's log density and gradient pays for one dispatch instead of dozens.
 
-Programs with a loop or a branch only: a lone kernel already goes straight to its compiled
-entry, and a straight line of steps keeps the runtime's buffer plan and threads. Programs with
-a product large enough for BLAS's threads, or xfuse's own split products, keep the runtime's
-steps (their Python cost is small beside the product), as do programs with a kernel worth
-splitting over threads, float16 or bfloat16 values, a scan's windows written in place and
-anything else a driver does not run. Where numba cannot type the function at its first call,
-the runtime's steps run instead, for good.
+In a straight line of steps, the work buffers live in one arena placed by their lifetimes
+(`runtime.plan.first_fit`); where that arena would outgrow the runtime's own plan (which
+writes an output fusion's product into its result), the backend keeps the runtime's steps.
+Programs with a product large enough for BLAS's threads, or xfuse's own split products, keep
+the runtime's steps (their Python cost is small beside the product), as do programs with a
+kernel worth splitting over threads, float16 or bfloat16 values, a scan's windows written in
+place and anything else a driver does not run. Where numba cannot type the function at its
+first call, the runtime's steps run instead, for good.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from contextlib import nullcontext
 
@@ -24,10 +27,11 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Module, Shape
 from xfuse.runtime.products import HALF, macs
 from xfuse.runtime.control import nested_programs
+from xfuse.runtime.plan import NativeMemory, first_fit
 from xfuse.runtime.program import Kernel, walk
 
 from .compile import settle
-from .native_loop import SMALL_DOT, Driver, _compile, _eligible_program, _Writer, products
+from .native_loop import SMALL_DOT, Driver, _compile, _dims, _eligible_program, _Writer, products
 
 NAME = "program"
 
@@ -67,20 +71,69 @@ def _fresh_slots(program: dict) -> set[int]:
     return fresh
 
 
+def _straight(program: dict) -> bool:
+    return not any(s["op"] in ("while", "conditional") for s in program["steps"])
+
+
+def _arena(program: dict, names: list[str], scratch: list) -> tuple[dict, int, int]:
+    """For a straight line of steps: (offset in one arena of each work buffer that holds no
+    result, the arena's bytes, what those buffers take unshared). A buffer is busy from the
+    step that writes it to the last step reading it or a view of it (an output fusion's
+    product only during its step), as `runtime.plan` has it."""
+    defined, refers, last = {}, {}, {}
+    for i, step in enumerate(program["steps"]):
+        if step["op"] == "alias":
+            roots = set().union(*(refers.get(v, set()) for v in step["inputs"]))
+            for slot in step["outputs"]:
+                refers[slot] = roots
+        else:
+            for slot in step["outputs"]:
+                refers[slot], defined[slot] = {slot}, i
+        for v in step["inputs"]:
+            for root in refers.get(v, ()):
+                last[root] = i
+    results = set().union(*(refers.get(r, set()) for r in program["results"]))
+    intervals, unplanned = {}, 0
+    for k, (name, (dims, dtype, _)) in enumerate(zip(names, scratch)):
+        match = re.fullmatch(r"b(\d+)(?:_\d+)?(_dot)?", name)
+        slot = int(match.group(1))
+        if slot in results and not match.group(2):
+            continue
+        start = defined[slot]
+        nbytes = math.prod(dims) * np.dtype(dtype).itemsize
+        intervals[k] = (start, start if match.group(2) else last.get(slot, start), nbytes)
+        unplanned += nbytes
+    offsets, size = first_fit(intervals)
+    return offsets, size, unplanned
+
+
 def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -> Driver:
-    """The program's driver: `s<k>` its parameters, its results returned as a tuple."""
+    """The program's driver: `s<k>` its parameters, its results returned as a tuple. In a
+    straight line of steps, the work buffers that hold no result are views of one arena
+    (`w<last>`), placed by their lifetimes as the runtime's buffer plan places them."""
     writer = _Writer(kernels, bodies)
     writer.one_thread = True
     n = len(program["params"])
     writer.program(program, "b", constants, "    ", args=[f"s{k}" for k in range(n)])
     results = [f"b{r}" for r in program["results"]]
+    offsets, arena, unplanned = _arena(program, writer.scratch_names, writer.scratch) \
+        if _straight(program) else ({}, 0, 0)
+    own = [k for k in range(len(writer.scratch)) if k not in offsets]
+    views = []
+    for k, offset in offsets.items():
+        dims, dtype, _ = writer.scratch[k]
+        nbytes = math.prod(dims) * np.dtype(dtype).itemsize
+        views.append(f"    w{k} = arena[{offset}:{offset + nbytes}].view(np.{dtype}).reshape({_dims(dims)})")
     arguments = ", ".join([f"s{k}" for k in range(n)] + [f"c{k}" for k in range(len(writer.constants))]
-                          + [f"w{k}" for k in range(len(writer.scratch))])
-    source = "\n".join([f"def {NAME}({arguments}):", *writer.lines,
+                          + [f"w{k}" for k in own] + ["arena"] * bool(offsets))
+    source = "\n".join([f"def {NAME}({arguments}):", *views, *writer.lines,
                         f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})"]) + "\n"
-    scratch = [(dims, dtype, False) for dims, dtype, _ in writer.scratch]
-    return Driver(source, writer.used, writer.constants, writer.identity, [], [], scratch,
-                  one_thread=writer.blas_dots > 0)
+    scratch = [(writer.scratch[k][0], writer.scratch[k][1], False) for k in own]
+    if offsets:
+        scratch.append(((arena,), "uint8", False))
+    driver = Driver(source, writer.used, writer.constants, writer.identity, [], [], scratch,
+                    one_thread=writer.blas_dots > 0)
+    return driver, NativeMemory(0, arena, unplanned)
 
 
 def _runs_itself(program: dict) -> bool:
@@ -88,7 +141,7 @@ def _runs_itself(program: dict) -> bool:
     branch: a lone kernel already goes straight to its compiled entry, and a straight line of
     steps keeps the runtime's buffer plan, its threads and its products."""
     working = [s for s in program["steps"] if s["op"] != "alias"]
-    return len(working) > 1 and any(s["op"] in ("while", "conditional") for s in working)
+    return len(working) > 1
 
 
 def native_program(module: Module, program: dict, kernels: dict, constants: dict,
@@ -101,8 +154,11 @@ def native_program(module: Module, program: dict, kernels: dict, constants: dict
         else [root.shape]
     if len(shapes) != len(program["results"]) or not eligible(program, shapes, constants):
         return None
-    driver = write_program(program, kernels, constants, bodies or {})
-    return Kernel(_runner(program, driver, [tuple(s.dims) for s in shapes]))
+    driver, memory = write_program(program, kernels, constants, bodies or {})
+    memory.output_bytes = sum(math.prod(s.dims) * s.dtype.numpy.itemsize for s in shapes)
+    run = _runner(program, driver, [tuple(s.dims) for s in shapes])
+    run.memory = memory
+    return Kernel(run)
 
 
 def as_one_step(program: dict, kernel: str) -> dict:

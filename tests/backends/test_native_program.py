@@ -1,8 +1,9 @@
 """Whole programs as one native function (`native_program`): a program of kernels, small
 products, branches and loops runs as one step a call, against jax.jit; its results never share
 memory with its arguments, its constants or each other's calls; scalars and read-only inputs
-go in and out; a program with a large product, or a straight line of steps, keeps the
-runtime's steps."""
+go in and out; a straight line of small steps runs natively too, its work buffers in one
+arena planned by lifetimes; a program with a large product, or whose buffers would take more
+memory than the runtime's plan, keeps the runtime's steps."""
 
 from __future__ import annotations
 
@@ -93,13 +94,45 @@ def test_a_program_with_a_large_product_keeps_the_runtimes_steps():
     np.testing.assert_allclose(compiled(a, b)[0], 2.0, rtol=1e-6)
 
 
-def test_a_straight_line_of_steps_keeps_the_runtimes_steps():
-    def f(a, b):
-        return jnp.tanh(a @ b).sum(0), jnp.exp(a).max(1)
+def test_a_straight_line_of_small_steps_runs_natively_in_a_planned_arena():
+    """A model's log density and gradient (a product, a reduction, elementwise work): one step
+    a call; its work buffers share one arena as the runtime's plan would place them, so the
+    memory analysis is no larger than the steps' own, and it is what the driver uses."""
 
-    a, b = np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)
-    compiled = xfuse.jit(f).lower(a, b).compile()
-    assert compiled.steps_per_call(a, b) > 1
+    def f(a, b, x):
+        h = jnp.tanh(a @ b + x)
+        return jnp.sum(h * h), jnp.exp(h).max(1), jnp.cos(h) * 2.0
+
+    rng = np.random.default_rng(4)
+    a, b, x = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(3))
+    compiled = xfuse.jit(f).lower(a, b, x).compile()
+    assert compiled.steps_per_call(a, b, x) == 1
+    stepwise = compiled.executable.steps[0].run.inner
+    ours, theirs = compiled.memory_analysis(), stepwise.memory_analysis()
+    assert ours.output_size_in_bytes == theirs.output_size_in_bytes == 4 + 16 * 4 + 16 * 16 * 4
+    assert 0 < ours.temp_size_in_bytes <= theirs.temp_size_in_bytes
+    assert ours.temp_size_unplanned_in_bytes >= ours.temp_size_in_bytes
+    first = compiled(a, b, x)
+    second = compiled(a, b, x)
+    for got, want, again in zip(first, jax.jit(f)(a, b, x), second):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+        assert not np.shares_memory(got, again)  # each call's results are its own
+    assert not np.shares_memory(first[1], first[2])
+
+
+def test_a_straight_line_whose_buffers_would_outgrow_the_plan_keeps_the_runtimes_steps():
+    """An output fusion's product lives beside its epilogue's result in a driver, where the
+    runtime writes the product into the result: that line keeps the runtime's steps."""
+
+    def f(x, w1, b1, w2, b2):
+        return jax.nn.gelu(x @ w1 + b1) @ w2 + b2
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((32, 64), (64, 256), (256,), (256, 64), (64,))]
+    compiled = xfuse.jit(f).lower(*args).compile()
+    assert compiled.steps_per_call(*args) > 1
+    want = np.asarray(jax.jit(f)(*args))
+    np.testing.assert_allclose(compiled(*args), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
 def test_bad_input_to_a_native_program_names_the_argument():
