@@ -188,7 +188,7 @@ def _conv(ctx, params, operands):
     kernel = tuple(rhs.array_shape.dims[a] for a in rhs_spec[2:])
     _check_size(ctx, kernel, "kernel")
     work = out.dtype
-    if groups == 1 and batch_groups == 1 and rank and not _channels_minor(lhs, lhs_spec[1]):
+    if groups == 1 and batch_groups == 1 and rank and _spatial_minor(lhs, lhs_spec[2:]):
         return _channels_major(ctx, params, lhs, rhs, (lhs_spec, rhs_spec, out_spec), kernel, out_spatial)
     x = ctx.emit(Op.TRANSPOSE, lhs, permutation=(lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
     w = ctx.emit(Op.TRANSPOSE, rhs, permutation=(*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
@@ -219,12 +219,14 @@ def _conv(ctx, params, operands):
     return _to_out_layout(ctx, result, out_spec)
 
 
-def _channels_minor(lhs: Instruction, feature: int) -> bool:
-    """Whether the input's feature axis is its minor one as stored: the last axis, or the last
-    axis of the operand of the transpose that made it (a layer's output moved to NCHW)."""
+def _spatial_minor(lhs: Instruction, spatial) -> bool:
+    """Whether the input's minor axis as stored is a spatial one (NCHW): its last axis, or the
+    axis the transpose that made it (a layer's output moved to NCHW) takes from its operand's
+    last. A weight gradient's input (batch and features swapped) keeps the patches' layout."""
+    minor = lhs.array_shape.rank - 1
     if lhs.op is Op.TRANSPOSE:
-        return lhs.attr("permutation")[feature] == lhs.array_shape.rank - 1
-    return feature == lhs.array_shape.rank - 1
+        minor = list(lhs.attr("permutation")).index(minor)
+    return minor in spatial
 
 
 def _channels_major(ctx, params, lhs, rhs, specs, kernel, out_spatial) -> Instruction:
