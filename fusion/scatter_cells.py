@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xfuse.hlo import DType, Instruction, Literal, Op, Shape
+from xfuse.hlo import DType, Instruction, Op, Shape
+
+from .algebraic_parts import splat
 
 if TYPE_CHECKING:
     from .algebraic import Context
@@ -35,7 +37,7 @@ def one_window_per_cell(ctx: Context, inst: Instruction) -> tuple | None:
     if any(updates.dims[w] != x.dims[d] for w, d in windows.items()):
         return None
     to_operand = a["scatter_dims_to_operand_dims"]
-    if a["mode"] != "fill_or_drop" and not set(to_operand) & set(a["inserted_window_dims"]):
+    if a["mode"] == "clip" and not set(to_operand) & set(a["inserted_window_dims"]):
         return None  # every window at 0: no condition to select on (rare; the data op does it)
     scatter_dims = [t for t in range(updates.rank) if t not in windows]
     targets = []
@@ -67,13 +69,6 @@ def _spread(ctx: Context, name: str, source: Shape, targets: list, shape: Shape,
     return out
 
 
-def _constant(ctx: Context, value: int, shape: Shape, loc) -> list[Instruction]:
-    scalar = Instruction(ctx.fresh("constant"), Op.CONSTANT, Shape(shape.dtype, ()), (),
-                         (("value", Literal(value, shape.dtype)),), loc)
-    return [scalar, Instruction(ctx.fresh("broadcast_in_dim"), Op.BROADCAST_IN_DIM, shape, (scalar.name,),
-                                (("dims", ()),), loc)]
-
-
 def cell_select(ctx: Context, inst: Instruction, match: tuple) -> list[Instruction]:
     batch_of, targets = match
     a, loc = dict(inst.attrs), inst.loc
@@ -83,7 +78,7 @@ def cell_select(ctx: Context, inst: Instruction, match: tuple) -> list[Instructi
     spread_updates = out[-1].name
     wide = Shape(DType.S64, x.dims)
     conditions = []
-    clip = a["mode"] != "fill_or_drop"
+    clip = a["mode"] == "clip"  # otherwise a window out of bounds is dropped, as the data op drops it
     index_targets = [batch_of.get(j) for j in range(indices.rank - 1)]
     for k, d in enumerate(a["scatter_dims_to_operand_dims"]):
         inserted = d in a["inserted_window_dims"]
@@ -100,12 +95,12 @@ def cell_select(ctx: Context, inst: Instruction, match: tuple) -> list[Instructi
         if indices.dtype is not DType.S64:
             out.append(Instruction(ctx.fresh("convert_element_type"), Op.CONVERT_ELEMENT_TYPE, wide, (value,), (), loc))
             value = out[-1].name
-        if not inserted:  # fill mode: a full-width window lands only at 0
-            out.extend(_constant(ctx, 0, wide, loc))
+        if not inserted:  # dropped unless at 0: a full-width window fits only there
+            out.extend(splat(ctx, 0, wide, loc))
             position = out[-1].name
         else:
             if clip:
-                low, high = _constant(ctx, 0, wide, loc), _constant(ctx, x.dims[d] - 1, wide, loc)
+                low, high = splat(ctx, 0, wide, loc), splat(ctx, x.dims[d] - 1, wide, loc)
                 out.extend(low + high)
                 out.append(Instruction(ctx.fresh("clamp"), Op.CLAMP, wide, (low[-1].name, value, high[-1].name), (),
                                        loc))

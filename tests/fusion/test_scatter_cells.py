@@ -91,6 +91,24 @@ def test_a_column_update_and_the_gradient_of_take_along_axis_are_selects(mode):
     assert "scatter(" not in xfuse.jit(grad).lower(logits, labels).compile().as_text()
 
 
+def test_a_promised_scatter_drops_windows_out_of_bounds_as_the_data_op_does():
+    """promise_in_bounds leaves out-of-bounds indices to the implementation: the data op (and
+    XLA's scatter) drops such a window, and so does the select, in a full-width dimension too."""
+    numbers = lax.ScatterDimensionNumbers(update_window_dims=(0, 1), inserted_window_dims=(2,),
+                                          scatter_dims_to_operand_dims=(0, 2))
+    x = np.zeros((1, 1, 3), np.int8)
+    updates = np.full((1, 1), -128, np.int8)
+    for index in ([-128, -128], [0, 1], [1, 1], [0, 3]):
+        indices = np.array(index, np.int8)
+        jitted = xfuse.jit(lambda x, i, u: lax.scatter(x, i, u, numbers, mode=MODES["promise_in_bounds"]))
+        assert "scatter(" not in jitted.lower(x, indices, updates).compile().as_text()
+        got = np.asarray(jitted(x, indices, updates))
+        reference = interpret(jitted.lower(x, indices, updates).module, x, indices, updates)
+        reference = reference[0] if isinstance(reference, (list, tuple)) else reference
+        np.testing.assert_array_equal(got, reference)
+        assert (got != 0).sum() == (index == [0, 1]), index
+
+
 def test_scatters_of_other_forms_stay_data_ops():
     x = _operand(np.float32)
     rows = np.array([1, 1, 4], np.int32)  # two updates meet in row 1
