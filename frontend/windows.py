@@ -201,9 +201,7 @@ def _conv(ctx, params, operands):
     if features_in == 1 and features == groups > 1 and batch_groups == 1:
         result = _depthwise(ctx, x, w, offsets, strides, rhs_dilation, out_spatial, work)
         return _to_out_layout(ctx, ctx.convert(result, out.dtype), out_spec)
-    chunks = range(0, len(offsets), TAPS_PER_PRODUCT)
-    if len(chunks) > 1 and work in (DType.F16, DType.BF16):
-        work = DType.F32  # the partial products summed as XLA accumulates, then rounded once
+    chunks, work = _chunks(offsets, work)
     result = None
     for first in chunks:
         taps = offsets[first : first + TAPS_PER_PRODUCT]
@@ -247,10 +245,7 @@ def _channels_major(ctx, params, lhs, rhs, specs, kernel, out_spatial) -> Instru
     w = _reshape(ctx, w, (features, channels, len(offsets)))
     strides, dilation = tuple(map(int, params["window_strides"])), tuple(map(int, params["rhs_dilation"]))
     positions = batch * math.prod(out_spatial)
-    chunks = range(0, len(offsets), TAPS_PER_PRODUCT)
-    work = out.dtype
-    if len(chunks) > 1 and work in (DType.F16, DType.BF16):
-        work = DType.F32
+    chunks, work = _chunks(offsets, out.dtype)
     result = None
     for first in chunks:
         taps = offsets[first : first + TAPS_PER_PRODUCT]
@@ -263,20 +258,30 @@ def _channels_major(ctx, params, lhs, rhs, specs, kernel, out_spatial) -> Instru
         part = dot(ctx, kernel_part, patches, ((1,), (0,)), ((), ()), work)
         result = part if result is None else ctx.emit(Op.ADD, result, part)
     result = _reshape(ctx, ctx.convert(result, out.dtype), (features, batch, *out_spatial))
-    permutation = [0] * (rank + 2)
-    permutation[out_spec[0]], permutation[out_spec[1]] = 1, 0
-    for i, axis in enumerate(out_spec[2:]):
-        permutation[axis] = i + 2
-    return ctx.emit(Op.TRANSPOSE, result, permutation=tuple(permutation))
+    return _to_out_layout(ctx, result, out_spec, batch_at=1, features_at=0, spatial_at=2)
 
 
-def _to_out_layout(ctx: Context, result: Instruction, out_spec: tuple[int, ...]) -> Instruction:
-    """`result` (batch, spatial..., features) transposed to where `out_spec` puts each axis."""
+def _chunks(offsets: list, work: DType) -> tuple[range, DType]:
+    """(the first offset of each product, the type it sums in): kernel offsets go to products
+    TAPS_PER_PRODUCT at a time; f16/bf16 partial products are summed in f32, as XLA
+    accumulates, then rounded once."""
+    chunks = range(0, len(offsets), TAPS_PER_PRODUCT)
+    if len(chunks) > 1 and work in (DType.F16, DType.BF16):
+        work = DType.F32
+    return chunks, work
+
+
+def _to_out_layout(ctx: Context, result: Instruction, out_spec: tuple[int, ...], batch_at: int = 0,
+                   features_at: int | None = None, spatial_at: int = 1) -> Instruction:
+    """`result` transposed to where `out_spec` puts each axis: its batch axis at `batch_at`,
+    its features at `features_at` (default: last), its spatial axes in order from
+    `spatial_at` (by default `result` is (batch, spatial..., features))."""
     rank = len(out_spec) - 2
     permutation = [0] * (rank + 2)
-    permutation[out_spec[0]], permutation[out_spec[1]] = 0, rank + 1
+    permutation[out_spec[0]] = batch_at
+    permutation[out_spec[1]] = rank + 1 if features_at is None else features_at
     for i, axis in enumerate(out_spec[2:]):
-        permutation[axis] = i + 1
+        permutation[axis] = spatial_at + i
     return ctx.emit(Op.TRANSPOSE, result, permutation=tuple(permutation))
 
 

@@ -25,7 +25,7 @@ from .gemm import ENABLED as GEMM, gemm_f32
 from .split_gemm import enabled as split_enabled, split_f32, vector_f32, vectors_enabled
 from .lowering import lower
 from .native_loop import native_loops
-from .native_program import as_one_step, native_program
+from .native_program import as_one_step, native_program, straight
 
 NAME = "numba"
 
@@ -50,7 +50,7 @@ def compile_module(module: Module) -> Executable:
     # buffers would take more memory than the runtime's plan gives the steps
     kernels["native_program"] = whole
     native = build(as_one_step(program, "native_program"), kernels, lowered.constants, sources, backend=products)
-    if not any(s["op"] in ("while", "conditional") for s in program["steps"]):
+    if straight(program):
         stepwise = native.steps[0].run.inner
         if native.plan.temp_bytes > stepwise.plan.temp_bytes:
             return stepwise

@@ -527,7 +527,6 @@ class Emitter:
         condition = " & ".join(inside) or "True"
         return self.emit(f"({new.text} if {condition} else {old.text})", deps)
 
-
     def op_gather(self, inst: Instruction, index: tuple[Ix, ...]) -> Ix:
         """The operand element this result element reads, as `hlo.reference_data.gather`: the
         index vector at the result's batch position gives each window's start (clamped so the

@@ -1,6 +1,6 @@
 """Library steps of a lowered program: the data ops (cumulative ops, sort, top_k, scatter),
-which no kernel holds (a gather is kernel code: `emitter.Emitter.op_gather`), and broadcasts standing alone, run as numpy calls from
-`xfuse.runtime.library`. A step names the function and carries the instruction's attributes
+which no kernel holds (a gather is kernel code: `emitter.Emitter.op_gather`), and broadcasts
+standing alone, run as numpy calls from `xfuse.runtime.library`. A step names the function and carries the instruction's attributes
 as JSON values (int lists, flags as bools), so an AOT artifact runs it with numpy alone.
 Imports xfuse.hlo only.
 """

@@ -71,7 +71,8 @@ def _fresh_slots(program: dict) -> set[int]:
     return fresh
 
 
-def _straight(program: dict) -> bool:
+def straight(program: dict) -> bool:
+    """Whether `program` is a straight line of steps: no loop, no branch."""
     return not any(s["op"] in ("while", "conditional") for s in program["steps"])
 
 
@@ -107,17 +108,18 @@ def _arena(program: dict, names: list[str], scratch: list) -> tuple[dict, int, i
     return offsets, size, unplanned
 
 
-def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -> Driver:
-    """The program's driver: `s<k>` its parameters, its results returned as a tuple. In a
-    straight line of steps, the work buffers that hold no result are views of one arena
-    (`w<last>`), placed by their lifetimes as the runtime's buffer plan places them."""
+def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -> tuple[Driver, int, int]:
+    """(the program's driver, its arena's bytes, what the arena's buffers take unshared). The
+    driver takes `s<k>`, the parameters, and returns the results as a tuple. In a straight
+    line of steps, the work buffers that hold no result are views of one arena (`w<last>`),
+    placed by their lifetimes as the runtime's buffer plan places them."""
     writer = _Writer(kernels, bodies)
     writer.one_thread = True
     n = len(program["params"])
     writer.program(program, "b", constants, "    ", args=[f"s{k}" for k in range(n)])
     results = [f"b{r}" for r in program["results"]]
     offsets, arena, unplanned = _arena(program, writer.scratch_names, writer.scratch) \
-        if _straight(program) else ({}, 0, 0)
+        if straight(program) else ({}, 0, 0)
     own = [k for k in range(len(writer.scratch)) if k not in offsets]
     views = []
     for k, offset in offsets.items():
@@ -133,13 +135,12 @@ def write_program(program: dict, kernels: dict, constants: dict, bodies: dict) -
         scratch.append(((arena,), "uint8", False))
     driver = Driver(source, writer.used, writer.constants, writer.identity, [], [], scratch,
                     one_thread=writer.blas_dots > 0)
-    return driver, NativeMemory(0, arena, unplanned)
+    return driver, arena, unplanned
 
 
 def _runs_itself(program: dict) -> bool:
-    """Whether the runtime would run several steps of `program`, one of them a loop or a
-    branch: a lone kernel already goes straight to its compiled entry, and a straight line of
-    steps keeps the runtime's buffer plan, its threads and its products."""
+    """Whether the runtime would run several steps of `program` (a lone kernel already goes
+    straight to its compiled entry)."""
     working = [s for s in program["steps"] if s["op"] != "alias"]
     return len(working) > 1
 
@@ -154,10 +155,9 @@ def native_program(module: Module, program: dict, kernels: dict, constants: dict
         else [root.shape]
     if len(shapes) != len(program["results"]) or not eligible(program, shapes, constants):
         return None
-    driver, memory = write_program(program, kernels, constants, bodies or {})
-    memory.output_bytes = sum(math.prod(s.dims) * s.dtype.numpy.itemsize for s in shapes)
+    driver, arena, unplanned = write_program(program, kernels, constants, bodies or {})
     run = _runner(program, driver, [tuple(s.dims) for s in shapes])
-    run.memory = memory
+    run.memory = NativeMemory(sum(math.prod(s.dims) * s.dtype.numpy.itemsize for s in shapes), arena, unplanned)
     return Kernel(run)
 
 
@@ -218,4 +218,4 @@ def _runner(program: dict, driver: Driver, result_dims: list[tuple]) -> Callable
     return run
 
 
-__all__ = ["as_one_step", "eligible", "native_program", "write_program"]
+__all__ = ["as_one_step", "eligible", "native_program", "straight", "write_program"]
