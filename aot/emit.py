@@ -22,6 +22,7 @@ import numpy as np
 from xfuse.backends.c import render, toolchain
 from xfuse.backends.c.backend import kernel_texts
 from xfuse.backends.numba.lowering import Lowered, lower
+from xfuse.hlo import Op
 from xfuse.runtime.plan import ALIGN
 from xfuse.runtime.program import Kernel, build, walk
 
@@ -86,6 +87,17 @@ class Leaf:
         return f"{self.dtype}[{','.join(map(str, self.dims))}]"
 
 
+def without_callbacks(module, what: str) -> None:
+    """Raises ValueError naming the first host callback of `module`: an artifact runs without
+    Python's objects, and a callback is one."""
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.op is Op.CALLBACK:
+                at = f" at {inst.loc}" if inst.loc else ""
+                raise ValueError(f"{what}: {inst.name}{at} calls a Python function (jax.pure_callback, "
+                                 "equinox.error_if), which an AOT artifact cannot hold")
+
+
 def emit_c(compiled, out_dir: str | Path, name: str | None = None, *, target: str = "native",
            openmp: bool = True) -> dict[str, Path]:
     """Writes `<name>.c`, `<name>.h` and `lib<name>.so` (built for `target`, with OpenMP when
@@ -94,6 +106,7 @@ def emit_c(compiled, out_dir: str | Path, name: str | None = None, *, target: st
     openmp = openmp and toolchain.openmp_available()
     name = _identifier(name if name is not None else compiled.module.name, given=name is not None)
     toolchain.target_flags(target)  # an unknown target fails here, before anything is written
+    without_callbacks(compiled.module, "emit_c")
     lowered = lower(compiled.module, fills=False)  # the entry makes no numpy library calls
     input_names = [leaf.path for leaf in compiled.lowered.info.leaves]
     source, header = generate(lowered, name, input_names, _result_names(compiled, lowered), openmp=openmp)

@@ -18,6 +18,7 @@ from xfuse.backends.numba.lowering import lower
 from xfuse.runtime import artifact
 from xfuse.runtime.program import Kernel, build, walk
 
+from .emit import without_callbacks
 from .loop import loop_drivers
 
 _LEAF = object()
@@ -99,6 +100,7 @@ def save(compiled, path: str | Path, *, target: str = "native", platforms=None) 
         return save_exported(compiled, path, platforms)
     if platforms is not None:
         raise ValueError("platforms= applies to the jax backend's artifacts; use target= for native code")
+    without_callbacks(compiled.module, "xfuse.aot.save")
     lowered = lower(compiled.module)
     library = build_library(c_source(lowered) + loop_drivers(lowered), target).read_bytes()
     manifest = {

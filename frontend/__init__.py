@@ -18,6 +18,7 @@ from . import random  # noqa: F401,E402  (registers the jax.random rules into RU
 from . import special  # noqa: F401,E402  (registers erf_inv, lgamma, digamma, nextafter)
 from . import elementary  # noqa: F401,E402  (registers asin, sinh, ..., population_count, clz)
 from . import windows  # noqa: F401,E402  (registers reduce_window and conv_general_dilated)
+from . import host  # noqa: F401,E402  (registers pure_callback)
 from .translate import FrontendError, UnsupportedPrimitiveError, jaxpr_to_module
 
 

@@ -114,6 +114,9 @@ def cell_select(ctx: Context, inst: Instruction, match: tuple) -> list[Instructi
     if combine is not None:
         out.append(Instruction(ctx.fresh(combine.value), combine, x, (x_name, spread_updates), (), loc))
         new = out[-1].name
+    if not conditions:  # no index dimensions: the one window starts at 0 and covers every cell
+        out.extend(splat(ctx, True, Shape(DType.PRED, x.dims), loc))
+        conditions.append(out[-1].name)
     condition = conditions[0]
     for other in conditions[1:]:
         out.append(Instruction(ctx.fresh("and"), Op.AND, Shape(DType.PRED, x.dims), (condition, other), (), loc))

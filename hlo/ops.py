@@ -152,6 +152,7 @@ class Op(enum.Enum):
     TOP_K = "top_k"
     GATHER = "gather"
     SCATTER = "scatter"
+    CALLBACK = "callback"
 
     def __str__(self) -> str:
         return self.value
@@ -366,6 +367,9 @@ OPS: dict[Op, OpInfo] = {
         _ints("operand_batching_dims", ()), _ints("scatter_indices_batching_dims", ()),
         AttrSpec("mode", AttrKind.ENUM, choices=SD.GATHER_MODES),
         AttrSpec("combine", AttrKind.ENUM, choices=SD.SCATTER_COMBINERS))),
+    # A host callback (jax.pure_callback): `callback` numbers a Python function
+    # (`callbacks.register`); the result, always a tuple, is what it returns.
+    Op.CALLBACK: OpInfo(None, OPQ, SD.callback, RD.callback, (_int("callback"),), result_given=True),
 }
 
 OPS_BY_NAME: dict[str, Op] = {op.value: op for op in Op}

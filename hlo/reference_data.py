@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import callbacks
 from .dtypes import DType
 from .reference import maximum, minimum
 
@@ -263,3 +264,8 @@ def scatter(ops, attrs, shape):
             at = flat[positions]
             out[at] = combine(kind, out[at], values[positions])
     return out.reshape(x.shape)
+
+
+def callback(ops, attrs, shape):
+    return callbacks.call(attrs["callback"], [np.asarray(o) for o in ops],
+                          [(s.dims, s.dtype.numpy) for s in shape.elements])

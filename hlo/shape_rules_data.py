@@ -148,3 +148,12 @@ def scatter(operands, attrs, result):
         if updates.dims[w] > x.dims[d]:
             raise ShapeError(f"update window dimension {w} of {updates} exceeds dimension {d} of {x}")
     return x
+
+
+def callback(operands, attrs, result):
+    """callback: the declared tuple of arrays its function returns."""
+    if not isinstance(result, TupleShape) or not all(isinstance(s, Shape) for s in result.elements):
+        raise ShapeError("a callback's result must be given as a tuple of arrays")
+    if attrs["callback"] < 0:
+        raise ShapeError(f"callback={attrs['callback']} is not a callback number")
+    return result

@@ -398,5 +398,24 @@ def view_run(step: dict) -> Callable:
     return lambda inputs: fn(inputs, attrs)
 
 
+def callback_run(step: dict) -> Callable:
+    """run(inputs, outputs) for a host callback step: its function gets copies of the inputs
+    (it may keep them; the runtime reuses its buffers) and returns one array per output."""
+    fn, specs = step["function"], step["specs"]
+
+    def run(inputs, outputs):
+        results = fn(*(np.array(x) for x in inputs))
+        results = tuple(results) if isinstance(results, (tuple, list)) else (results,)
+        if len(results) != len(specs):
+            raise TypeError(f"{step['label']} returned {len(results)} values, expected {len(specs)}")
+        for k, (out, result, (dims, dtype)) in enumerate(zip(outputs, results, specs)):
+            result = np.asarray(result)
+            if result.shape != tuple(dims):
+                raise TypeError(f"{step['label']}: result {k} has shape {result.shape}, expected {tuple(dims)}")
+            out[...] = result.astype(dtype, copy=False)
+
+    return run
+
+
 VIEWS = frozenset({"slice", "broadcast"})  # the functions whose results are views of their inputs
-__all__ = ["FUNCTIONS", "VIEWS", "library_run", "view_run"]
+__all__ = ["FUNCTIONS", "VIEWS", "callback_run", "library_run", "view_run"]

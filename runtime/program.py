@@ -33,7 +33,7 @@ import numpy as np
 from . import blas, products, split_loops
 from .control import conditional_run, nested_programs, while_run, window_run
 from .executable import BufferSpec, Executable, Step
-from .library import library_run, view_run
+from .library import callback_run, library_run, view_run
 from .parallel import num_threads, run_each, run_rows
 from .pool import POOL
 from .products import (HALF, BackendProducts, apart, block_products, compute_dtype, cut_rows, dot_plan, dot_run, dtype,
@@ -529,6 +529,9 @@ def build(program: dict, kernels: Mapping[str, Kernel], constants: Mapping[str, 
         elif op == "library":
             specs = tuple(spec(e) for e in s["specs"])
             steps.append(Step(s["name"], "library", library_run(s), inputs, outputs, specs, s["label"]))
+        elif op == "callback":
+            specs = tuple(spec(e) for e in s["specs"])
+            steps.append(Step(s["name"], "library", callback_run(s), inputs, outputs, specs, s["label"]))
         elif op == "while":
             condition = build(s["condition"], kernels, constants, sources, own, backend)
             body = build(s["body"], kernels, constants, sources, own, backend)

@@ -3,9 +3,6 @@ against jax.jit, the same output structure and values within the corpus's float3
 (`benchmarks.corpus.compare`: whole training steps and samplers carry their differences through
 many ops, beyond the per-op bounds of tests/tolerances.py); the worker's `program` task in its
 own process, as the suite runs it; and the corpus's table from a run's rows.
-
-A program xfuse cannot compile yet is listed in KNOWN_FAILURES with the error it raises and
-the primitive it names: its test asserts exactly that error, so it fails once the program runs.
 """
 
 import json
@@ -19,7 +16,6 @@ import numpy as np
 import pytest
 
 import xfuse
-from xfuse.frontend.translate import UnsupportedPrimitiveError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -27,20 +23,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.corpus import BY_NAME, PROGRAMS, compare  # noqa: E402
 from benchmarks.worker import MARKER  # noqa: E402
 
-# name -> (the exception xfuse raises, the primitive it names). diffrax's solve checks its
-# steps with equinox's error_if, a host callback (`pure_callback`) that has no rule.
-KNOWN_FAILURES = {"diffrax_neural_ode_tsit5": (UnsupportedPrimitiveError, "pure_callback")}
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_FAILURES))
-def test_known_failures_raise_naming_the_primitive(name):
-    fn, args = BY_NAME[name].build("test")
-    error, primitive = KNOWN_FAILURES[name]
-    with pytest.raises(error, match=f"'{primitive}'"):
-        xfuse.jit(fn)(*args)
-
-
-@pytest.mark.parametrize("name", [p.name for p in PROGRAMS if p.name not in KNOWN_FAILURES])
+@pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
 def test_program_matches_jax_jit(name):
     fn, args = BY_NAME[name].build("test")
     want = jax.jit(fn)(*args)

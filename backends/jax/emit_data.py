@@ -15,11 +15,12 @@ and jax.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from xfuse.hlo import Op
+from xfuse.hlo import Op, callbacks
 
 HALVES = {"f16": "np.float16", "bf16": "jnp.bfloat16"}
 SCATTERS = {"set": "lax.scatter", "add": "lax.scatter_add", "mul": "lax.scatter_mul",
@@ -96,6 +97,18 @@ def _scatter(c) -> str:
     return f"{fn}({x}, {indices}, {updates}, {numbers}, mode=lax.GatherScatterMode.{mode})"
 
 
+def host_callback(number: int, dims_and_dtypes: tuple, *args) -> tuple:
+    """A callback instruction as jax.pure_callback of the registered function."""
+    shapes = tuple(jax.ShapeDtypeStruct(dims, dtype) for dims, dtype in dims_and_dtypes)
+    specs = tuple((s.shape, s.dtype) for s in shapes)
+    return tuple(jax.pure_callback(lambda *a: callbacks.call(number, a, specs), shapes, *args))
+
+
+def _callback(c) -> str:
+    specs = tuple((s.dims, s.dtype.numpy.name) for s in c.inst.shape.elements)
+    return f"host_callback({c.attr('callback')}, {specs!r}, {', '.join(c.args)})"
+
+
 DATA_RULES = {
     Op.CUMSUM: _cumulative("lax.cumsum", accumulate_halves=True),
     Op.CUMPROD: _cumulative("lax.cumprod", accumulate_halves=True),
@@ -105,5 +118,6 @@ DATA_RULES = {
     Op.TOP_K: _top_k,
     Op.GATHER: _gather,
     Op.SCATTER: _scatter,
+    Op.CALLBACK: _callback,
 }
-DATA_NAMESPACE = {"gather_fill": gather_fill}
+DATA_NAMESPACE = {"gather_fill": gather_fill, "host_callback": host_callback}

@@ -7,7 +7,7 @@ Imports xfuse.hlo only.
 
 from __future__ import annotations
 
-from xfuse.hlo import Instruction, Op, TupleShape
+from xfuse.hlo import Instruction, Op, TupleShape, callbacks
 
 LIBRARY_OPS = frozenset({Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN, Op.SORT, Op.TOP_K, Op.SCATTER})
 FLAGS = ("reverse", "is_stable")
@@ -31,3 +31,13 @@ def library_step(inst: Instruction, common: dict) -> dict:
     """The step computing `inst` (one of LIBRARY_OPS) with its own attributes."""
     attrs = {name: _json(name, value) for name, value in inst.attrs}
     return library_step_of(inst.op.value, attrs, inst, common)
+
+
+def callback_step(inst: Instruction, common: dict) -> dict:
+    """The step calling `inst`'s host function (a Python object, so a program holding one
+    is not written into an AOT artifact); its results go into one packed value."""
+    number = inst.attr("callback")
+    at = f" at {inst.loc}" if inst.loc else ""
+    return {"op": "callback", **common, "function": callbacks.lookup(number),
+            "label": f"host callback {number}{at}",
+            "specs": [[list(s.dims), s.dtype.numpy.name] for s in inst.shape.elements]}

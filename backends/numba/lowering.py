@@ -16,7 +16,7 @@ import numpy as np
 
 from xfuse.hlo import Computation, Instruction, Kind, Module, Op, TupleShape
 
-from .library_steps import LIBRARY_OPS, library_step, library_step_of
+from .library_steps import LIBRARY_OPS, callback_step, library_step, library_step_of
 from .control import control_step, entry, kernel_name, window
 from .analysis import flattenable, output_shapes, row_slices, space_of
 from .kernels import KernelSource, write_kernel
@@ -89,6 +89,12 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
                           "dims": dims, "dtype": dtype})
         elif inst.op in LIBRARY_OPS:
             steps.append(library_step(inst, common))
+        elif inst.op is Op.CALLBACK and len(inst.shape.elements) == 1:
+            array = slots[(inst.name, 0)] = len(slots)  # one result: packed as kernels' are, below
+            steps.append(callback_step(inst, {**common, "outputs": [array]}))
+            steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
+        elif inst.op is Op.CALLBACK:
+            steps.append(callback_step(inst, common))
         elif inst.op in (Op.WHILE, Op.CONDITIONAL):
             loop = int(inst.op is Op.WHILE)
             out.loops += loop

@@ -1,4 +1,4 @@
-"""Random modules of data ops (cumulative ops, sort, top_k, gather, scatter) among elementwise
+"""Random modules of data ops (cumulative ops, sort, top_k, gather, scatter, callbacks) among elementwise
 ones, compiled whole (fused, lowered to kernels and library steps) by the numba backend, give
 bitwise the reference interpreter's results, and leave their inputs alone."""
 
@@ -12,7 +12,7 @@ from xfuse.hlo import InterpreterError, Op, TupleShape, interpret
 from ..fusion.helpers import same_values
 from ..hlo.strategies import modules_with_inputs
 
-OPS = (Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN, Op.SORT, Op.TOP_K, Op.GATHER, Op.SCATTER,
+OPS = (Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN, Op.SORT, Op.TOP_K, Op.GATHER, Op.SCATTER, Op.CALLBACK,
        Op.ADD, Op.MUL, Op.NEG, Op.GET_TUPLE_ELEMENT)
 
 

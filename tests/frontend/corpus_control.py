@@ -129,3 +129,17 @@ def cond_several_outputs(x, y, n):
 @case(lambda r, e: (np.asarray(r.random() < 0.5), floats(r, e, (2, 3))))
 def cond_on_boolean_argument(flag, x):
     return lax.cond(flag, lambda x: jnp.tanh(x), lambda x: x, x)
+
+
+# --- host callbacks: jax.pure_callback in a chain, and vmapped one element at a time (a loop)
+def _host_softsign(x):
+    return (np.asarray(x) / (1.0 + np.abs(x))).astype(np.asarray(x).dtype)
+
+
+@case(lambda r, e: (floats(r, e, (4, 3)),))
+def pure_callback_in_a_chain(x):
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    y = jax.pure_callback(_host_softsign, spec, jnp.exp(x * 0.5))
+    rows = jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
+    mapped = jax.vmap(lambda r: jax.pure_callback(_host_softsign, rows, r, vmap_method="sequential"))(x)
+    return y * 2.0 + 1.0, mapped

@@ -115,3 +115,17 @@ def test_scatters_of_other_forms_stay_data_ops():
     updates = RNG.standard_normal((3, 6)).astype(np.float32)
     text = _agree(lambda x, i, u: x.at[i].add(u), x, rows, updates)
     assert "scatter(" in text
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_scatter_without_index_dimensions_writes_its_one_window(mode):
+    numbers = lax.ScatterDimensionNumbers(update_window_dims=(0, 1), inserted_window_dims=(),
+                                          scatter_dims_to_operand_dims=())
+    x, update = _operand(np.float32), _operand(np.float32) * 2.0
+    indices = np.zeros((0,), np.int32)
+    for combine in SCATTERS:
+        fn = lambda x, i, u, c=combine: SCATTERS[c](x, i, u, numbers, mode=MODES[mode])  # noqa: E731
+        _agree(fn, x, indices, update)
+    flags = np.array([True])
+    fn = lambda x, i, u: lax.scatter(x, i, u, lax.ScatterDimensionNumbers((0,), (), ()), mode=MODES[mode])  # noqa: E731
+    _agree(fn, flags, indices, ~flags)  # (fill_or_drop: a select whose condition is always true)

@@ -1,5 +1,5 @@
 """Recipes of the data ops for `strategies.py`'s random modules: cumulative ops, sort, top_k,
-gather and scatter with random dimension numbers, modes and combiners, and indices of any
+gather and scatter with random dimension numbers, host callbacks,, modes and combiners, and indices of any
 integer type (so out of bounds at both ends). Imported by strategies.py into its `RECIPES`.
 """
 
@@ -8,7 +8,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tests.hlo.strategies import ALL_DTYPES, INTEGERS, NUMERIC, _Context, dims_of_rank
-from xfuse.hlo import Instruction, Op, Shape
+import numpy as np
+
+from xfuse.hlo import Instruction, Op, Shape, TupleShape, callbacks
 from xfuse.hlo.shape_rules_data import GATHER_MODES, SCATTER_COMBINERS
 
 FLAG = st.sampled_from(("false", "true"))
@@ -91,10 +93,22 @@ def _scatter(c: _Context, op: Op) -> Instruction:
     ))
 
 
+def _host_flip(*xs):
+    """The host function random callbacks call: each operand reversed, copied."""
+    return tuple(np.flip(x).copy() for x in xs)
+
+
+def _callback(c: _Context, op: Op) -> Instruction:
+    xs = [c.pick(ALL_DTYPES) for _ in range(c.draw(st.integers(1, 2)))]
+    shape = TupleShape(tuple(x.shape for x in xs))
+    return c.add(c.builder.callback(*xs, callback=callbacks.register(_host_flip), shape=shape))
+
+
 DATA_RECIPES = {
     **{op: _cumulative for op in (Op.CUMSUM, Op.CUMPROD, Op.CUMMAX, Op.CUMMIN)},
     Op.SORT: _sort,
     Op.TOP_K: _top_k,
     Op.GATHER: _gather,
     Op.SCATTER: _scatter,
+    Op.CALLBACK: _callback,
 }

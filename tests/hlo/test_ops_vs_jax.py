@@ -735,7 +735,8 @@ def test_op_matches_lax(op: Op, dtype: DType) -> None:
 
 
 def test_every_op_with_a_reference_is_covered() -> None:
-    with_reference = {op for op, info in OPS.items() if info.ref is not None}
+    # a callback calls a Python function, not a lax op: tests/frontend/test_host_callback.py
+    with_reference = {op for op, info in OPS.items() if info.ref is not None and op is not Op.CALLBACK}
     assert set(SPECS) == with_reference
 
 
