@@ -15,5 +15,7 @@ from .rules import rule
 @rule("pure_callback")
 def _pure_callback(ctx, params, operands):
     number = callbacks.register(params["callback"])
+    if len(ctx.out_shapes) == 1:
+        return ctx.emit(Op.CALLBACK, *operands, callback=number, shape=ctx.out)
     result = ctx.emit(Op.CALLBACK, *operands, callback=number, shape=TupleShape(tuple(ctx.out_shapes)))
     return [ctx.emit(Op.GET_TUPLE_ELEMENT, result, index=k) for k in range(len(ctx.out_shapes))]

@@ -37,8 +37,6 @@ def one_window_per_cell(ctx: Context, inst: Instruction) -> tuple | None:
     if any(updates.dims[w] != x.dims[d] for w, d in windows.items()):
         return None
     to_operand = a["scatter_dims_to_operand_dims"]
-    if a["mode"] == "clip" and not set(to_operand) & set(a["inserted_window_dims"]):
-        return None  # every window at 0: no condition to select on (rare; the data op does it)
     scatter_dims = [t for t in range(updates.rank) if t not in windows]
     targets = []
     for t in range(updates.rank):

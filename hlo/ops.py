@@ -368,7 +368,7 @@ OPS: dict[Op, OpInfo] = {
         AttrSpec("mode", AttrKind.ENUM, choices=SD.GATHER_MODES),
         AttrSpec("combine", AttrKind.ENUM, choices=SD.SCATTER_COMBINERS))),
     # A host callback (jax.pure_callback): `callback` numbers a Python function
-    # (`callbacks.register`); the result, always a tuple, is what it returns.
+    # (`callbacks.register`); the result (an array, or a tuple of them) is what it returns.
     Op.CALLBACK: OpInfo(None, OPQ, SD.callback, RD.callback, (_int("callback"),), result_given=True),
 }
 

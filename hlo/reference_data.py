@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import callbacks
-from .dtypes import DType
+from .dtypes import DType, TupleShape
 from .reference import maximum, minimum
 
 F64 = np.float64
@@ -267,5 +267,6 @@ def scatter(ops, attrs, shape):
 
 
 def callback(ops, attrs, shape):
-    return callbacks.call(attrs["callback"], [np.asarray(o) for o in ops],
-                          [(s.dims, s.dtype.numpy) for s in shape.elements])
+    shapes = shape.elements if isinstance(shape, TupleShape) else (shape,)
+    results = callbacks.call(attrs["callback"], [np.asarray(o) for o in ops], [(s.dims, s.dtype.numpy) for s in shapes])
+    return results if isinstance(shape, TupleShape) else results[0]

@@ -151,9 +151,10 @@ def scatter(operands, attrs, result):
 
 
 def callback(operands, attrs, result):
-    """callback: the declared tuple of arrays its function returns."""
-    if not isinstance(result, TupleShape) or not all(isinstance(s, Shape) for s in result.elements):
-        raise ShapeError("a callback's result must be given as a tuple of arrays")
+    """callback: the declared array its function returns, or tuple of them."""
+    arrays = result.elements if isinstance(result, TupleShape) else (result,)
+    if not all(isinstance(s, Shape) for s in arrays):
+        raise ShapeError("a callback's result must be given: an array, or a tuple of arrays")
     if attrs["callback"] < 0:
         raise ShapeError(f"callback={attrs['callback']} is not a callback number")
     return result

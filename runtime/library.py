@@ -400,11 +400,12 @@ def view_run(step: dict) -> Callable:
 
 def callback_run(step: dict) -> Callable:
     """run(inputs, outputs) for a host callback step: its function gets copies of the inputs
-    (it may keep them; the runtime reuses its buffers) and returns one array per output."""
-    fn, specs = step["function"], step["specs"]
+    (it may keep them; the runtime reuses its buffers), in their own shapes (a native loop's
+    scalars are one-element vectors), and returns one array per output."""
+    fn, specs, operand_dims = step["function"], step["specs"], [tuple(d) for d in step["operand_dims"]]
 
     def run(inputs, outputs):
-        results = fn(*(np.array(x) for x in inputs))
+        results = fn(*(np.array(x).reshape(d) for x, d in zip(inputs, operand_dims)))
         results = tuple(results) if isinstance(results, (tuple, list)) else (results,)
         if len(results) != len(specs):
             raise TypeError(f"{step['label']} returned {len(results)} values, expected {len(specs)}")

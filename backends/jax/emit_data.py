@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from xfuse.hlo import Op, callbacks
+from xfuse.hlo import Op, TupleShape, callbacks
 
 HALVES = {"f16": "np.float16", "bf16": "jnp.bfloat16"}
 SCATTERS = {"set": "lax.scatter", "add": "lax.scatter_add", "mul": "lax.scatter_mul",
@@ -105,8 +105,10 @@ def host_callback(number: int, dims_and_dtypes: tuple, *args) -> tuple:
 
 
 def _callback(c) -> str:
-    specs = tuple((s.dims, s.dtype.numpy.name) for s in c.inst.shape.elements)
-    return f"host_callback({c.attr('callback')}, {specs!r}, {', '.join(c.args)})"
+    tupled = isinstance(c.inst.shape, TupleShape)
+    specs = tuple((s.dims, s.dtype.numpy.name) for s in (c.inst.shape.elements if tupled else (c.inst.shape,)))
+    call = f"host_callback({c.attr('callback')}, {specs!r}, {', '.join(c.args)})"
+    return call if tupled else f"{call}[0]"
 
 
 DATA_RULES = {

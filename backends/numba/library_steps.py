@@ -33,11 +33,14 @@ def library_step(inst: Instruction, common: dict) -> dict:
     return library_step_of(inst.op.value, attrs, inst, common)
 
 
-def callback_step(inst: Instruction, common: dict) -> dict:
+def callback_step(inst: Instruction, operands: list, common: dict) -> dict:
     """The step calling `inst`'s host function (a Python object, so a program holding one
-    is not written into an AOT artifact); its results go into one packed value."""
+    is not written into an AOT artifact); `operands`: their shapes. Several results are one
+    packed value."""
     number = inst.attr("callback")
     at = f" at {inst.loc}" if inst.loc else ""
+    shapes = inst.shape.elements if isinstance(inst.shape, TupleShape) else (inst.shape,)
     return {"op": "callback", **common, "function": callbacks.lookup(number),
             "label": f"host callback {number}{at}",
-            "specs": [[list(s.dims), s.dtype.numpy.name] for s in inst.shape.elements]}
+            "specs": [[list(s.dims), s.dtype.numpy.name] for s in shapes],
+            "operand_dims": [list(shape.dims) for shape in operands]}

@@ -152,6 +152,20 @@ def vector_vector(x, y, out):
 
 
 @numba.njit(nogil=True, error_model="numpy", cache=False)
+def batched_matmul(a, b, out):
+    """out[p] = a[p] @ b[p] for C-ordered (B, M, K) and (B, K, N) arrays: any other product
+    (batched, or of operands of higher rank) in the form `native_loop._batched` gives it."""
+    for p in range(a.shape[0]):
+        for i in range(a.shape[1]):
+            row = out[p, i]
+            row[:] = 0
+            for k in range(a.shape[2]):
+                x, b_row = a[p, i, k], b[p, k]
+                for j in range(row.shape[0]):
+                    row[j] += x * b_row[j]
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=False)
 def scatter_row(operand, index, update, out, add, clip):
     """out = operand with row `index` (its one element) of the first dimension set to, or
     added to, `update`: clamped into range (`clip`), or else dropped when out of range, as a

@@ -41,13 +41,14 @@ from numba.core.errors import NumbaError
 from xfuse.hlo import Computation, Op
 from xfuse.runtime import blas
 from xfuse.runtime.control import unshared
+from xfuse.runtime.library import callback_run
 from xfuse.runtime.pool import c_ordered
 from xfuse.runtime.products import HALF, macs
 from xfuse.runtime.program import Kernel, walk
 
 from . import cache, gemm
 from .compile import CALLED_SCALAR, HEADER, compile_kernel, settle
-from .loop_kernels import (PANEL, ROWS, matrix_vector, packed_matmul, panels, put_window, scatter_row,
+from .loop_kernels import (PANEL, ROWS, batched_matmul, matrix_vector, packed_matmul, panels, put_window, scatter_row,
                            small_matmul, small_matmul_t, small_matmul_t_rest, vector_matrix, vector_vector)
 from .kernels import write_kernel
 from .mathlib.core import SCALEF as AVX512
@@ -110,6 +111,31 @@ def _vector_product(d: dict) -> str | None:
     return None
 
 
+def _batched(d: dict) -> tuple | None:
+    """(lhs permutation, rhs permutation, (B, M, K, N)) of a float product no other form
+    takes (batch dimensions, operands of rank 3 or more: an ODE solver's tableau times its
+    stages), computed as B products of (M, K) by (K, N) after the operands are permuted to
+    batch, free, contracting (lhs) and batch, contracting, free (rhs) order; else None."""
+    if d["dtype"] not in ("float32", "float64"):
+        return None
+    (lc, rc), (lb, rb) = d["contracting"], d["batch"]
+    lf = [i for i in range(len(d["lhs"])) if i not in lc and i not in lb]
+    rf = [i for i in range(len(d["rhs"])) if i not in rc and i not in rb]
+    size = lambda dims, axes: math.prod(dims[i] for i in axes)  # noqa: E731
+    sizes = (size(d["lhs"], lb), size(d["lhs"], lf), size(d["lhs"], lc), size(d["rhs"], rf))
+    return [*lb, *lf, *lc], [*rb, *rc, *rf], sizes
+
+
+def _driver_product(d: dict) -> bool:
+    """Whether a driver computes product `d`: a matrix or vector product of any size, or a
+    small one (`SMALL_DOT`) of another form in `batched_matmul`'s plain loops (a large one
+    keeps the loop in the runtime, whose BLAS and split products run it faster)."""
+    if _matrix_product(d) or _vector_product(d) is not None:
+        return True
+    form = _batched(d)
+    return form is not None and math.prod(form[2]) <= SMALL_DOT
+
+
 def _packs(d: dict) -> bool:
     """Whether a small product by a right side the loop keeps goes through `packed_matmul`: where
     kernels use 512-bit vectors (`gemm.ENABLED`), neither operand transposed, float32, rows a
@@ -134,12 +160,12 @@ def _eligible_program(program: dict) -> bool:
     produced = {}
     for step in program["steps"]:
         if step["op"] == "dot":
-            if not _matrix_product(step) and _vector_product(step) is None:
+            if not _driver_product(step):
                 return False
             produced[step["outputs"][0]] = "array"
         elif step["op"] == "kernel":
             d = step.get("dot")
-            if d is not None and not _matrix_product(d) and _vector_product(d) is None:
+            if d is not None and not _driver_product(d):
                 return False
             if any(d in HALF for _, d in step["specs"] + step["params"]):
                 return False
@@ -157,6 +183,8 @@ def _eligible_program(program: dict) -> bool:
             produced[step["outputs"][0]] = "packed"
         elif step["op"] == "library" and (_row_scatter(step) is not None or _scalar_fill(step)):
             produced[step["outputs"][0]] = "array"
+        elif step["op"] == "callback":
+            produced[step["outputs"][0]] = "packed" if len(step["specs"]) > 1 else "array"
         elif step["op"] == "alias" and step["kind"] in ALIASES:
             kind = step["kind"]
             if kind == "element" and produced.get(step["inputs"][0]) != "packed":
@@ -244,6 +272,13 @@ def _window(step: dict) -> tuple | None:
     return None if w is None else (w["state"], (w["update"], tuple(w["update_dims"])), w["starts"])
 
 
+def _permuted(value: str, axes: list[int], dims: tuple) -> str:
+    """`value` with its axes in `axes` order, C-ordered, as an array of `dims`."""
+    if axes == sorted(axes):
+        return f"{value}.reshape({dims})"
+    return f"np.ascontiguousarray(np.transpose({value}, {tuple(axes)})).reshape({dims})"
+
+
 class _Writer:
     """The driver's source: `s<k>` the state, `c<k>` the constants, `<p><slot>` a program's
     values (p: "a" for the condition, "b" for the body). `owned`: the state elements the body
@@ -305,6 +340,8 @@ class _Writer:
                 else:
                     add, clip = _row_scatter(step)
                     self.emit(indent, f"scatter_row({', '.join(ins)}, {out}, {add}, {clip})")
+            elif step["op"] == "callback":
+                self.host(step, ins, var(step["outputs"][0]), indent)
             elif step["op"] == "kernel":
                 name = f"kernel_{len(self.used)}"
                 self.used[name] = kernel = self.kernels[step["kernel"]]
@@ -347,6 +384,19 @@ class _Writer:
         k = len(self.scratch) - 1
         self.emit(indent, f"{name} = w{k}_1 if turn else w{k}_0" if escapes else f"{name} = w{k}")
 
+    def host(self, step: dict, ins: list[str], out: str, indent: str) -> None:
+        """A host callback: numba's object mode calls the runtime's run of the step (about 2 us
+        a call), which writes the outputs, made here; the driver is then not cached, as its
+        globals are this process's functions, and holds the GIL (`_compile`)."""
+        name = f"host_{len(self.used)}"
+        self.used[name] = Host(callback_run(step))
+        self.identity.append(f"{name}: None")
+        outs = [f"{out}_{k}" for k in range(len(step["specs"]))] if len(step["specs"]) > 1 else [out]
+        for value, (dims, dtype) in zip(outs, step["specs"]):
+            self.buffer(value, dims, dtype, indent, out)
+        self.emit(indent, "with numba.objmode():")
+        self.emit(indent + "    ", f"{name}(({''.join(i + ', ' for i in ins)}), ({''.join(o + ', ' for o in outs)}))")
+
     def conditional(self, step: dict, ins: list[str], out: str, constants: dict, indent: str) -> None:
         """An if/elif chain over the branches (an index out of range takes the last); each
         assigns the same names, `out` or `out_<k>` for the elements of a tuple."""
@@ -386,6 +436,11 @@ class _Writer:
 
     def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
         self.buffer(out, d["dims"], d["dtype"], indent)
+        if not _matrix_product(d) and _vector_product(d) is None:
+            lhs_axes, rhs_axes, (b, m, k, n) = _batched(d)
+            a = _permuted(lhs, lhs_axes, (b, m, k))
+            self.emit(indent, f"batched_matmul({a}, {_permuted(rhs, rhs_axes, (b, k, n))}, {out}.reshape({(b, m, n)}))")
+            return
         vector = _vector_product(d)
         if vector is not None:
             matrix, other = (lhs, rhs) if len(d["lhs"]) == 2 else (rhs, lhs)
@@ -514,6 +569,12 @@ def products(*programs: dict) -> list[dict]:
             if (d := s if s["op"] == "dot" else s.get("dot") if s["op"] == "kernel" else None) is not None]
 
 
+class Host(NamedTuple):
+    """A host callback a driver calls from object mode: run(inputs, outputs)."""
+
+    run: Callable
+
+
 class Driver(NamedTuple):
     """A loop's driver: its source, the kernels it calls by global name, the constant arrays
     it takes, what each of those kernels computes, the state elements `prepare` copies (the
@@ -553,7 +614,7 @@ def _digest(text: str) -> str:
 DRIVER = {"error_model": "numpy", "nogil": True, "no_cfunc_wrapper": True}
 HELPERS = {fn.py_func.__name__: callee_form(fn)
            for fn in (small_matmul, small_matmul_t, small_matmul_t_rest, packed_matmul, put_window,
-                      matrix_vector, vector_matrix, vector_vector, scatter_row)}
+                      matrix_vector, vector_matrix, vector_vector, scatter_row, batched_matmul)}
 
 
 def _identified(identity: list[str]) -> bool:
@@ -565,8 +626,11 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
     """The driver's numba function. Compiling it takes seconds (numba types and lowers every
     kernel call again), so it goes through the kernel cache when every kernel it calls is
     known by what it computes: the entry's text names them."""
-    callees = {key: callee_form(kernel.fn, KernelCompiler) for key, kernel in used.items()}
-    namespace = {"np": np, **HELPERS, "scalar": CALLED_SCALAR, **callees}
+    callees = {key: kernel.run if isinstance(kernel, Host) else callee_form(kernel.fn, KernelCompiler)
+               for key, kernel in used.items()}
+    namespace = {"np": np, "numba": numba, **HELPERS, "scalar": CALLED_SCALAR, **callees}
+    # a driver that calls back into Python holds the GIL, as the callback needs it
+    options = dict(DRIVER, nogil=not any(isinstance(kernel, Host) for kernel in used.values()))
     text = HEADER + "".join(f"# {line}\n" for line in identity) + source
     entry = cache.open_entry(name, text) if _identified(identity) else None
     if entry is not None:
@@ -575,13 +639,13 @@ def _compile(source: str, name: str, used: dict, identity: list[str]) -> Callabl
         except (OSError, SyntaxError):
             entry = None
         else:
-            fn = numba.njit(**DRIVER, cache=True, pipeline_class=DriverCompiler)(loaded[name])
+            fn = numba.njit(**options, cache=True, pipeline_class=DriverCompiler)(loaded[name])
             fn._xfuse_entry = entry
             return fn
     filename = f"<xfuse-native-loop {name} {_digest(source)[:12]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-    return numba.njit(**DRIVER, cache=False, pipeline_class=DriverCompiler)(namespace[name])
+    return numba.njit(**options, cache=False, pipeline_class=DriverCompiler)(namespace[name])
 
 
 _SETTLING = threading.Lock()

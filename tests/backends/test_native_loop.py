@@ -1,8 +1,8 @@
 """The numba backend's native loops: a while of kernels and matrix products runs as one numba
 function, with the runtime's results (any trip count, scalars and constants in the state,
 results that own their memory); a scan's stacked outputs are written a window at a time into
-a buffer the loop owns, never into the caller's array; a batched product stays with the
-runtime. The pipeline here leaves out scan fusion, which would make the elementwise loops
+a buffer the loop owns, never into the caller's array; batched products run there too. The
+pipeline here leaves out scan fusion, which would make the elementwise loops
 one kernel each (tests/fusion/test_scan.py)."""
 
 from __future__ import annotations
@@ -115,17 +115,33 @@ def test_loops_that_repeat_a_computation_compile_their_kernels_and_driver_once(t
         np.testing.assert_allclose(g, want, rtol=2e-6, atol=1e-6)
 
 
-def test_a_loop_with_a_batched_product_stays_with_the_runtime():
-    def batched_power(m):
-        return lax.fori_loop(0, 3, lambda i, p: jnp.einsum("bij,bjk->bik", p, m), m)
+def test_a_loop_of_batched_and_higher_rank_products_runs_natively():
+    """Products no matrix or vector form takes (batch dimensions, a vector by a rank-3
+    operand: an ODE solver's tableau times its stages) run in the driver as batched matrix
+    products of permuted operands."""
+    def solver_like(m, tableau, stages):
+        def body(i, carry):
+            p, s = carry
+            p = jnp.einsum("bij,bjk->bik", p, m) * 0.5
+            s = s + jnp.einsum("k,bkd->bd", tableau, stages) * 0.1 + jnp.einsum("bd,bd->b", s, s)[:, None] * 1e-3
+            return p, s + jnp.einsum("kb,bkd->bd", tableau[:, None] * s[:, :1].T, stages)
+        return lax.fori_loop(0, 4, body, (m, stages[:, 0]))
 
-    m = np.random.default_rng(1).standard_normal((2, 3, 3)).astype(np.float32)
-    module = traced(batched_power, m)
+    rng = np.random.default_rng(1)
+    m = rng.standard_normal((2, 3, 3)).astype(np.float32)
+    tableau = rng.standard_normal(7).astype(np.float32)
+    stages = rng.standard_normal((5, 7, 4)).astype(np.float32)
+    stages[0, 1, 2] = np.nan
+    module = traced(solver_like, m, tableau, stages)
     lowered, drivers = drivers_of(module)
-    loops = [s for s in walk(lowered.program) if s["op"] == "while"]
-    assert loops and not drivers and not any(eligible(s) for s in loops)
-    (got,) = compile_module(module)([m])
-    np.testing.assert_allclose(got, np.einsum("bij,bjk->bik", np.einsum("bij,bjk->bik", m, m), np.einsum("bij,bjk->bik", m, m)), rtol=1e-4)
+    (loop,) = [s for s in walk(lowered.program) if s["op"] == "while"]
+    assert eligible(loop) and loop["native"] in drivers
+    assert "batched_matmul(" in drivers[loop["native"]].fn.source
+    got = compile_module(module)([m, tableau, stages])
+    want = interpret(module, m, tableau, stages)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
 
 
 def rnn(xs, wx, wh, b):

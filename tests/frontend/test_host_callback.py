@@ -63,9 +63,11 @@ def test_callbacks_of_several_results_inside_a_loop_and_a_branch():
         return lax.while_loop(lambda c: c[1] < 40, body, (x, jnp.int32(1)))
 
     x = np.arange(5, dtype=np.float32)
-    got, want = xfuse.jit(f)(x), jax.jit(f)(x)
+    compiled = xfuse.jit(f).lower(x).compile()
+    got, want = compiled(x), jax.jit(f)(x)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     assert int(got[1]) == int(want[1]) == 64  # 1, 2, 4, ..., 64: odd adds one, even doubles
+    assert compiled.steps_per_call(x) == 4  # the native loop and views of its state: no step per iteration
 
 
 def test_an_error_raised_by_the_host_function_reaches_the_caller():

@@ -129,3 +129,16 @@ def test_a_scatter_without_index_dimensions_writes_its_one_window(mode):
     flags = np.array([True])
     fn = lambda x, i, u: lax.scatter(x, i, u, lax.ScatterDimensionNumbers((0,), (), ()), mode=MODES[mode])  # noqa: E731
     _agree(fn, flags, indices, ~flags)  # (fill_or_drop: a select whose condition is always true)
+
+
+def test_a_vmapped_update_of_whole_windows_is_a_select():
+    """jax.vmap of a dynamic_update_slice whose update fills the operand (a solver saving its
+    state): a clip-mode scatter whose windows all start at 0, so every cell takes its update."""
+    def save(ys, i, y):
+        return jax.vmap(lambda a, k, b: lax.dynamic_update_slice(a, b, (k, 0)))(ys, i, y)
+
+    ys, y = RNG.standard_normal((4, 3, 5)).astype(np.float32), RNG.standard_normal((4, 3, 5)).astype(np.float32)
+    y[1, 2, 3] = np.nan
+    assert "scatter" in str(jax.make_jaxpr(save)(ys, np.arange(4, dtype=np.int32), y))
+    text = _agree(save, ys, np.array([0, 2, -1, 9], np.int32), y)
+    assert "scatter(" not in text
