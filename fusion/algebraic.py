@@ -24,11 +24,13 @@ from .algebraic_parts import (
     identity_permutation, integer_zero, lowest, multiply_by_reciprocal, negative_zero,
     no_contraction, no_dimensions, no_padding, one, operand_is, outer_product, positive_zero,
     power_of_two_divisor, reduce_no_axes, rhs_is, same_op_twice, same_shape_operand,
-    single_operand, splat_of_one, swap_dot_operands, swapped_dot, transposed_dot_operand,
+    single_operand, splat_of_one, swap_dot_operands, swap_sliced_dot, swapped_dot, swapped_dot_slices,
+    transposed_dot_operand,
 )
 from .pipeline import register
 from .rewrite import Namer, map_computations
 from .scatter_cells import cell_select, one_window_per_cell
+from .transposes import move_up, up_to_its_inverse
 
 
 class Context:
@@ -162,6 +164,17 @@ RULES: tuple[Rule, ...] = (
         "two permutations of the dimensions compose into one; values are only moved.",
     ),
     Rule(
+        "transpose_up_to_its_inverse",
+        (Op.TRANSPOSE,),
+        up_to_its_inverse,
+        move_up,
+        "a transpose of an elementwise op is the op of its transposed operands (a splat "
+        "broadcast to the new shape), of a slice the permuted slice of its transposed operand, "
+        "of a broadcast or of a reshape adding or dropping unit dimensions the same of its "
+        "operand permuted to match: values are only moved; taken only where the transposes "
+        "meet ones they undo, which then compose to the identity.",
+    ),
+    Rule(
         "transpose_identity",
         (Op.TRANSPOSE,),
         attr_is("permutation", identity_permutation),
@@ -209,6 +222,16 @@ RULES: tuple[Rule, ...] = (
         "order), and the transposed copy is never made, so backward passes' weight gradients "
         "come out in the weights' layout (XLA's layout assignment gets there by choosing the "
         "dot's output layout).",
+    ),
+    Rule(
+        "transpose_of_sliced_dot",
+        (Op.TRANSPOSE,),
+        swapped_dot_slices,
+        swap_sliced_dot,
+        "a slice picks the same elements from a transposed array at the permuted bounds, so a "
+        "transpose of a slice of (A B) is that slice of (A B)^T = B^T A^T, the dot of the "
+        "operands in the other order (see transpose_of_dot); taken only where every read of the "
+        "dot is such a slice, so the dot is still computed once (cse merges the copies).",
     ),
     Rule(
         "broadcast_broadcast",

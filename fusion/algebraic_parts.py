@@ -236,6 +236,58 @@ def swapped_dot(ctx: Context, inst: Instruction) -> Instruction | None:
     return dot if tuple(inst.attr("permutation")) == swapped else None
 
 
+def swapped_dot_slices(ctx: Context, inst: Instruction) -> Instruction | None:
+    """`transpose(slice(dot_general(a, b)))` with the permutation `swapped_dot` takes, where
+    every read of the dot is a slice read only through that same transpose (the gates of a
+    vmapped recurrent cell, split from one product and read batch-first): matches the slice."""
+    sliced = ctx[inst.operands[0]]
+    if sliced.op is not Op.SLICE or any(s != 1 for s in sliced.attr("strides")):
+        return None
+    dot = ctx[sliced.operands[0]]
+    if dot.op is not Op.DOT_GENERAL or ctx.comp.root == dot.name:
+        return None
+    perm = tuple(inst.attr("permutation"))
+    probe = Instruction(inst.name, Op.TRANSPOSE, inst.shape, (dot.name,), inst.attrs, inst.loc)
+    if swapped_dot(_Single(ctx, dot.name), probe) is None:
+        return None
+    readers = [i for i in ctx.instructions.values() if dot.name in i.operands]
+    for reader in readers:
+        if reader.op is not Op.SLICE or ctx.comp.root == reader.name:
+            return None
+        for user in ctx.instructions.values():
+            if reader.name in user.operands and (user.op is not Op.TRANSPOSE or tuple(user.attr("permutation")) != perm):
+                return None
+    return sliced
+
+
+class _Single:
+    """A context in which `name` is read once: `swapped_dot` asks that of the dot, which the
+    slices here read (each through the transpose) instead."""
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self.ctx, self.name = ctx, name
+
+    def __getitem__(self, name: str) -> Instruction:
+        return self.ctx[name]
+
+    def uses(self, name: str) -> int:
+        return 1 if name == self.name else self.ctx.uses(name)
+
+
+def swap_sliced_dot(ctx: Context, inst: Instruction, sliced: Instruction) -> Replacement:
+    """The slice, permuted, of the dot with its operands swapped (one per slice; `cse` merges
+    them, and the old dot is left to `dce`)."""
+    dot = ctx[sliced.operands[0]]
+    perm = inst.attr("permutation")
+    swapped_shape = dot.shape.with_dims(tuple(dot.shape.dims[p] for p in perm))
+    probe = Instruction(ctx.fresh("dot_general"), Op.TRANSPOSE, swapped_shape, (dot.name,), inst.attrs, dot.loc)
+    (swapped,) = swap_dot_operands(ctx, probe, dot)
+    swapped = swapped.replace(name=probe.name, loc=dot.loc)
+    attrs = {k: tuple(v[p] for p in perm) for k, v in sliced.attrs}
+    return [swapped, sliced.replace(name=inst.name, shape=inst.shape, operands=(swapped.name,),
+                                    attrs=tuple((k, attrs[k]) for k, _ in sliced.attrs), loc=inst.loc)]
+
+
 def swap_dot_operands(ctx: Context, inst: Instruction, dot: Instruction) -> Replacement:
     (lc, rc), (lb, rb) = dot.attr("contracting"), dot.attr("batch")
     attrs = dict(dot.attrs) | {"contracting": (rc, lc), "batch": (rb, lb)}

@@ -228,12 +228,21 @@ class Writer(RowPasses, ColumnPasses):
             value = self.emitter.value(member, index)
             stores.append(self.store(k, index, value))
         flat = self.flat_dims is not None or self.short is not None  # (an unrolled copy folds a switch)
-        pieces = None if tiled or not dims or flat else self.pieces(names[-1], dims[-1])
-        parts = [(None, self.emitter, stores)] if pieces is None else self.split_loop(names, index, pieces)
-        self.render_nest(dims, names, parts, tiled)
+        pieces, split = None, len(dims)
+        if not (tiled or not dims or flat):
+            for level in range(min(2, len(dims)), len(dims) + 1):  # a middle loop first, then the innermost
+                pieces, split = self.pieces(names[level - 1], dims[level - 1]), level
+                if pieces is not None:
+                    break
+        if pieces is None:
+            parts = [(None, self.emitter, stores, None)]
+        else:
+            parts = self.split_loop(names[split - 1], index, pieces, names[-1] if split < len(dims) else None,
+                                    dims[-1])
+        self.render_nest(dims, names, parts, tiled, split)
 
     def pieces(self, var: str, extent: int) -> list[tuple[int, int]] | None:
-        """Where the innermost loop splits: at the points where a concatenate or a pad it
+        """Where the loop over `var` splits: at the points where a concatenate or a pad it
         indexes switches between its operands (or the padding), at most MAX_PIECES pieces."""
         cuts = sorted(c for c in self.emitter.cuts.get(var, ()) if 0 < c < extent)
         if not cuts or len(cuts) >= MAX_PIECES:
@@ -241,32 +250,44 @@ class Writer(RowPasses, ColumnPasses):
         bounds = [0, *cuts, extent]
         return list(zip(bounds, bounds[1:]))
 
-    def split_loop(self, names, index, pieces) -> list:
-        """(range, emitter, stores) per piece of the innermost loop, each piece emitted anew with
-        its variable's range known: a concatenate there reads one operand, a pad the operand
-        or its padding, at an index with no clamp. Over the whole range each read is a select
+    def split_loop(self, var: str, index, pieces, innermost: str | None = None, extent: int = 0) -> list:
+        """(range, emitter, stores[, inner parts]) per piece of the loop over `var` (the
+        innermost, else a middle one: the taps of a convolution's patches, whose pieces split
+        their `innermost` loop, of `extent`, in turn), each piece emitted anew with the
+        variable's range known: a concatenate there reads one operand, a pad the operand or
+        its padding, at an index with no clamp. Over the whole range each read is a select
         between loads of two arrays at clamped indices, which LLVM does not vectorise (tanh
-        of a concatenation of 1024x1000 and 1024x24: 5.2 ms, split 0.82 ms)."""
+        of a concatenation of 1024x1000 and 1024x24: 5.2 ms, split 0.82 ms), and each element
+        computes every operand's value."""
         first, parts = self.emitter, []
         for lo, hi in pieces:
             self.emitter = dataclasses.replace(
                 first, statements={}, memo={}, counter=self.emitter.counter,
-                ranges={names[-1]: (lo, hi)}, cuts={})
+                ranges={**first.ranges, var: (lo, hi)}, cuts={})
             stores = [self.store(k, index, self.emitter.value(member, index))
                       for k, member in enumerate(self.outputs)]
-            parts.append(((lo, hi), self.emitter, stores))
+            inner = self.pieces(innermost, extent) if innermost is not None else None
+            piece = self.emitter
+            parts.append(((lo, hi), piece, stores, None if inner is None else self.split_loop(innermost, index, inner)))
+            self.emitter = dataclasses.replace(piece, counter=self.emitter.counter)
         return parts
 
-    def render_nest(self, dims, names, parts: list, tiled: bool = False) -> None:
+    def render_nest(self, dims, names, parts: list, tiled: bool = False, split: int | None = None) -> None:
         """The loops over `dims`, the outermost over [row_start, row_end); `tiled`: the last two
         in TILE x TILE blocks (the block loops outside both). `parts`: (range, emitter, stores)
-        per piece of a split innermost loop (`split_loop`), or one with range None; each piece
-        names its own values, and all their statements above the innermost level go there."""
+        per piece of the loop at level `split` (default the innermost; `split_loop`), or one
+        with range None; each piece names its own values, and all their statements above that
+        level go there; below it, each piece has its own loops."""
+        split = len(dims) if split is None else split
+
+        def emitters(part) -> list:
+            return [part[1], *(inner[1] for inner in part[3] or ())]
 
         def statements(indent: int, level: int) -> None:
-            for _, emitter, _ in parts:
-                for s in emitter.statements.get(level, []):
-                    self.add(indent, s)
+            for part in parts:
+                for emitter in emitters(part):
+                    for s in emitter.statements.get(level, []):
+                        self.add(indent, s)
 
         indent = 1
         statements(indent, 0)
@@ -274,12 +295,30 @@ class Writer(RowPasses, ColumnPasses):
         for level, (n, d) in enumerate(zip(names, dims), start=1):
             lo, hi = ("row_start", "row_end") if level == 1 else ("0", str(d))
             bounds = f"{lo}, {hi}" if level == 1 else hi
-            if level == len(dims) and parts[0][0] is not None:  # the pieces of a split loop
-                for (a, b), emitter, stores in parts:
+            if level == split and parts[0][0] is not None:  # the pieces of a split loop
+                for part in parts:
+                    (a, b), stores = part[0], part[2]
                     bounds = f"max(row_start, {a}), min(row_end, {b})" if level == 1 else f"{a}, {b}"
                     self.add(indent, f"for {n} in range({bounds}):")
-                    for s in emitter.statements.get(level, []) + stores:
-                        self.add(indent + 1, s)
+                    inner = indent + 1
+                    for emitter in emitters(part):
+                        for s in emitter.statements.get(level, []):
+                            self.add(inner, s)
+                    for deeper in range(level + 1, len(dims) + 1):  # the piece's own inner loops
+                        if deeper == len(dims) and part[3]:  # split again: each sub-piece's loop
+                            for (c, d), emitter, substores, _ in part[3]:
+                                self.add(inner, f"for {names[deeper - 1]} in range({c}, {d}):")
+                                for s in emitter.statements.get(deeper, []) + substores:
+                                    self.add(inner + 1, s)
+                            break
+                        self.add(inner, f"for {names[deeper - 1]} in range({dims[deeper - 1]}):")
+                        inner += 1
+                        for emitter in emitters(part):
+                            for s in emitter.statements.get(deeper, []):
+                                self.add(inner, s)
+                    else:
+                        for s in stores:
+                            self.add(inner, s)
                 return
             if level == first_tiled:  # the block loops of both tiled levels
                 self.add(indent, f"for {n}_t in range({lo}, {hi}, {TILE}):")

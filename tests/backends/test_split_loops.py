@@ -75,3 +75,20 @@ def test_as_many_pieces_as_allowed_split_the_loop():
     parts = [rng_array((4, 2), k) for k in range(MAX_PIECES)]
     source = check(lambda *p: jnp.concatenate(p, axis=1) * 2.0, *parts)
     assert "clamp" not in source and f"range({2 * MAX_PIECES - 2}, {2 * MAX_PIECES})" in source
+
+
+def test_a_concatenation_along_a_middle_axis_splits_that_loop():
+    """A convolution's patches: the taps concatenated along a middle axis, each a shifted
+    slice of a padded input. Each tap's loop reads its own slice alone (no select among nine
+    values computed for every element)."""
+    x = rng_array((4, 6, 5, 7))
+
+    def patches(x):
+        padded = jnp.pad(x * 2.0, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        taps = [padded[:, None, :, dy:dy + 5, dx:dx + 7] for dy in range(3) for dx in range(3)]
+        return jnp.concatenate(taps, axis=1) + 1.0
+
+    source = check(patches, x)
+    for k in range(9):
+        assert f"range({k}, {k + 1})" in source
+    assert len(re.findall(r" if i1 < \d+ else ", source)) == 0  # no select over the taps

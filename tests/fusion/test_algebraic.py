@@ -42,9 +42,11 @@ def test_rules_are_data_each_saying_why_it_is_exact():
         "reshape_same_shape",
         "transpose_transpose",
         "transpose_identity",
+        "transpose_up_to_its_inverse",
         "dot_of_transpose",
         "scatter_one_window_per_cell",
         "transpose_of_dot",
+        "transpose_of_sliced_dot",
         "dot_without_sums",
         "broadcast_broadcast",
         "broadcast_identity",
@@ -245,6 +247,46 @@ CASES = {
         "  a = f32[2,4,3,6] parameter(0)\n  b = f32[2,6,5] parameter(1)\n"
         "  ROOT t = f32[2,5,4,3] dot_general(b, a), contracting={1;3}, batch={0;0}",
     ),
+    "transpose_of_sliced_dot": (  # a vmapped cell's gates: (W h^T) split, each read batch-first
+        "(w: f32[6,4], h: f32[5,4]) -> (f32[5,3], f32[5,3])",
+        "  w = f32[6,4] parameter(0)\n  h = f32[5,4] parameter(1)\n"
+        "  d = f32[6,5] dot_general(w, h), contracting={1;1}\n"
+        "  s0 = f32[3,5] slice(d), start={0,0}, limit={3,5}, strides={1,1}\n"
+        "  s1 = f32[3,5] slice(d), start={3,0}, limit={6,5}, strides={1,1}\n"
+        "  t0 = f32[5,3] transpose(s0), permutation={1,0}\n"
+        "  t1 = f32[5,3] transpose(s1), permutation={1,0}\n"
+        "  ROOT r = (f32[5,3], f32[5,3]) tuple(t0, t1)",
+        "  w = f32[6,4] parameter(0)\n  h = f32[5,4] parameter(1)\n"
+        "  dot_general.0 = f32[5,6] dot_general(h, w), contracting={1;1}\n"
+        "  t0 = f32[5,3] slice(dot_general.0), start={0,0}, limit={5,3}, strides={1,1}\n"
+        "  dot_general.1 = f32[5,6] dot_general(h, w), contracting={1;1}\n"
+        "  t1 = f32[5,3] slice(dot_general.1), start={0,3}, limit={5,6}, strides={1,1}\n"
+        "  ROOT r = (f32[5,3], f32[5,3]) tuple(t0, t1)",
+    ),
+    "transpose_up_to_its_inverse": (  # channels last for a pool, then first again
+        "(x: f32[2,3,4,6]) -> f32[2,3,4,3]",
+        "  x = f32[2,3,4,6] parameter(0)\n  z = f32[] constant(0)\n"
+        "  zb = f32[2,4,6,3] broadcast_in_dim(z), dims={}\n"
+        "  t = f32[2,4,6,3] transpose(x), permutation={0,2,3,1}\n"
+        "  r = f32[2,4,6,3] max(t, zb)\n"
+        "  b = f32[2,1,4,6,3] broadcast_in_dim(r), dims={0,2,3,4}\n"
+        "  s0 = f32[2,1,4,3,3] slice(b), start={0,0,0,0,0}, limit={2,1,4,5,3}, strides={1,1,1,2,1}\n"
+        "  s1 = f32[2,1,4,3,3] slice(b), start={0,0,0,1,0}, limit={2,1,4,6,3}, strides={1,1,1,2,1}\n"
+        "  m = f32[2,1,4,3,3] max(s0, s1)\n"
+        "  q = f32[2,4,3,3] reshape(m)\n"
+        "  ROOT back = f32[2,3,4,3] transpose(q), permutation={0,3,1,2}",
+        "  x = f32[2,3,4,6] parameter(0)\n  z = f32[] constant(0)\n"  # each path moved (cse merges them)
+        "  broadcast_in_dim.8 = f32[2,3,4,6] broadcast_in_dim(z), dims={}\n"
+        "  transpose.5 = f32[2,3,4,6] max(x, broadcast_in_dim.8)\n"
+        "  transpose.3 = f32[2,3,4,6,1] broadcast_in_dim(transpose.5), dims={0,1,2,3}\n"
+        "  transpose.1 = f32[2,3,4,3,1] slice(transpose.3), start={0,0,0,0,0}, limit={2,3,4,5,1}, strides={1,1,1,2,1}\n"
+        "  broadcast_in_dim.10 = f32[2,3,4,6] broadcast_in_dim(z), dims={}\n"
+        "  transpose.6 = f32[2,3,4,6] max(x, broadcast_in_dim.10)\n"
+        "  transpose.4 = f32[2,3,4,6,1] broadcast_in_dim(transpose.6), dims={0,1,2,3}\n"
+        "  transpose.2 = f32[2,3,4,3,1] slice(transpose.4), start={0,0,0,1,0}, limit={2,3,4,6,1}, strides={1,1,1,2,1}\n"
+        "  transpose.0 = f32[2,3,4,3,1] max(transpose.1, transpose.2)\n"
+        "  ROOT back = f32[2,3,4,3] reshape(transpose.0)",
+    ),
     "transpose_identity": (
         "(x: f32[2,3]) -> f32[2,3]",
         "  x = f32[2,3] parameter(0)\n  ROOT t = f32[2,3] transpose(x), permutation={0,1}",
@@ -397,6 +439,20 @@ KEPT = {
         "  d = f32[5,3] dot_general(dy, x), contracting={0;0}\n"
         "  t = f32[3,5] transpose(d), permutation={1,0}\n"
         "  ROOT r = (f32[5,3], f32[3,5]) tuple(d, t)",
+    ),
+    "transpose_of_sliced_dot_read_as_it_is": (  # one gate read as the dot gives it: one product
+        "(w: f32[6,4], h: f32[5,4]) -> (f32[3,5], f32[5,3])",
+        "  w = f32[6,4] parameter(0)\n  h = f32[5,4] parameter(1)\n"
+        "  d = f32[6,5] dot_general(w, h), contracting={1;1}\n"
+        "  s0 = f32[3,5] slice(d), start={0,0}, limit={3,5}, strides={1,1}\n"
+        "  s1 = f32[3,5] slice(d), start={3,0}, limit={6,5}, strides={1,1}\n"
+        "  t1 = f32[5,3] transpose(s1), permutation={1,0}\n"
+        "  ROOT r = (f32[3,5], f32[5,3]) tuple(s0, t1)",
+    ),
+    "transpose_not_up_to_its_inverse": (  # no transpose above to undo: left where it is
+        "(x: f32[2,3]) -> f32[3,2]",
+        "  x = f32[2,3] parameter(0)\n  e = f32[2,3] exp(x)\n"
+        "  ROOT t = f32[3,2] transpose(e), permutation={1,0}",
     ),
     "transpose_of_dot_not_a_swap": (  # the lhs's free dimensions reordered among themselves
         "(a: f32[4,3,6], b: f32[6,5]) -> f32[3,4,5]",
