@@ -39,13 +39,14 @@ def _unit_reshape(ctx: Context, inst: Instruction) -> bool:
 
 def _through_reshape(ctx: Context, inst: Instruction, perm) -> tuple[int, ...]:
     """The permutation of the reshape's operand that puts its dimensions in the order `perm`
-    gives the reshape's: non-unit ones as they come out, the unit ones after them."""
+    gives the reshape's: non-unit ones as they come out, the unit ones after the first of
+    them (neither the rows a kernel splits over threads nor its innermost loop)."""
     x, y = ctx[inst.operands[0]].array_shape.dims, inst.array_shape.dims
     x_big = [i for i, d in enumerate(x) if d != 1]
     y_big = [i for i, d in enumerate(y) if d != 1]
     of_y = dict(zip(y_big, x_big))
     order = [of_y[p] for p in perm if p in of_y]
-    return (*order, *(i for i, d in enumerate(x) if d == 1))
+    return (*order[:1], *(i for i, d in enumerate(x) if d == 1), *order[1:])
 
 
 def _through_broadcast(inst: Instruction, perm) -> tuple[tuple[int, ...], tuple[int, ...]]:

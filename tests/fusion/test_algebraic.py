@@ -278,13 +278,13 @@ CASES = {
         "  x = f32[2,3,4,6] parameter(0)\n  z = f32[] constant(0)\n"  # each path moved (cse merges them)
         "  broadcast_in_dim.8 = f32[2,3,4,6] broadcast_in_dim(z), dims={}\n"
         "  transpose.5 = f32[2,3,4,6] max(x, broadcast_in_dim.8)\n"
-        "  transpose.3 = f32[2,3,4,6,1] broadcast_in_dim(transpose.5), dims={0,1,2,3}\n"
-        "  transpose.1 = f32[2,3,4,3,1] slice(transpose.3), start={0,0,0,0,0}, limit={2,3,4,5,1}, strides={1,1,1,2,1}\n"
+        "  transpose.3 = f32[2,1,3,4,6] broadcast_in_dim(transpose.5), dims={0,2,3,4}\n"
+        "  transpose.1 = f32[2,1,3,4,3] slice(transpose.3), start={0,0,0,0,0}, limit={2,1,3,4,5}, strides={1,1,1,1,2}\n"
         "  broadcast_in_dim.10 = f32[2,3,4,6] broadcast_in_dim(z), dims={}\n"
         "  transpose.6 = f32[2,3,4,6] max(x, broadcast_in_dim.10)\n"
-        "  transpose.4 = f32[2,3,4,6,1] broadcast_in_dim(transpose.6), dims={0,1,2,3}\n"
-        "  transpose.2 = f32[2,3,4,3,1] slice(transpose.4), start={0,0,0,1,0}, limit={2,3,4,6,1}, strides={1,1,1,2,1}\n"
-        "  transpose.0 = f32[2,3,4,3,1] max(transpose.1, transpose.2)\n"
+        "  transpose.4 = f32[2,1,3,4,6] broadcast_in_dim(transpose.6), dims={0,2,3,4}\n"
+        "  transpose.2 = f32[2,1,3,4,3] slice(transpose.4), start={0,0,0,0,1}, limit={2,1,3,4,6}, strides={1,1,1,1,2}\n"
+        "  transpose.0 = f32[2,1,3,4,3] max(transpose.1, transpose.2)\n"
         "  ROOT back = f32[2,3,4,3] reshape(transpose.0)",
     ),
     "transpose_identity": (
