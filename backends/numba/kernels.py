@@ -41,7 +41,7 @@ from .row_passes import RowPasses
 # 1.98 ms in 16x16 tiles (2.47 ms in 8x8, 3.14 ms in 32x32); at 1000x1000 the untiled loop was
 # the fastest (1.45 ms, 2.9-4.1 ms tiled), so other strides stay untiled.
 TILE = 16
-MAX_PIECES = 32  # of an innermost loop split where a concatenate or pad switches operands
+MAX_PIECES = 32  # of a loop split where a concatenate or pad switches operands (in all, split twice)
 
 
 def tile_index(column: str) -> str:
@@ -267,6 +267,8 @@ class Writer(RowPasses, ColumnPasses):
             stores = [self.store(k, index, self.emitter.value(member, index))
                       for k, member in enumerate(self.outputs)]
             inner = self.pieces(innermost, extent) if innermost is not None else None
+            if inner is not None and len(pieces) * len(inner) > MAX_PIECES:
+                inner = None  # the code grows with every piece: at most MAX_PIECES loops in all
             piece = self.emitter
             parts.append(((lo, hi), piece, stores, None if inner is None else self.split_loop(innermost, index, inner)))
             self.emitter = dataclasses.replace(piece, counter=self.emitter.counter)

@@ -92,3 +92,16 @@ def test_a_concatenation_along_a_middle_axis_splits_that_loop():
     for k in range(9):
         assert f"range({k}, {k + 1})" in source
     assert len(re.findall(r" if i1 < \d+ else ", source)) == 0  # no select over the taps
+
+
+def test_a_middle_split_splits_its_pieces_innermost_loops_within_the_limit():
+    """Concatenations along a middle and the last axis: the middle loop splits, and each
+    piece's innermost loop too while there are at most MAX_PIECES loops in all."""
+    few = [rng_array((3, 2, 5), k) for k in range(3)]
+    source = check(lambda *xs: jnp.concatenate([jnp.concatenate([x, x[:, :, :2]], axis=2) for x in xs], axis=1) * 3.0,
+                   *few)
+    assert {"0, 2", "2, 4", "4, 6"} <= set(innermost_ranges(source))  # the middle pieces
+    assert innermost_ranges(source).count("5, 7") == 3  # each piece's own split
+    many = [rng_array((3, 1, 4), k) for k in range(MAX_PIECES // 2 + 1)]
+    source = check(lambda *xs: jnp.concatenate([jnp.concatenate([x, x], axis=2) for x in xs], axis=1) - 1.0, *many)
+    assert "4, 8" not in innermost_ranges(source)  # too many loops in all: the pieces' innermost whole
