@@ -225,15 +225,19 @@ def swapped_dot(ctx: Context, inst: Instruction) -> Instruction | None:
     dot = ctx[inst.operands[0]]
     if dot.op is not Op.DOT_GENERAL or ctx.uses(dot.name) != 1:
         return None
+    return dot if tuple(inst.attr("permutation")) == _swapping(ctx, dot) else None
+
+
+def _swapping(ctx: Context, dot: Instruction) -> tuple[int, ...] | None:
+    """The permutation of `dot`'s result that is `dot_general(b, a)`: batch dimensions first,
+    then b's free dimensions, then a's; None where either operand has none free."""
     (lc, _), (lb, _) = dot.attr("contracting"), dot.attr("batch")
     lhs, rhs = ctx[dot.operands[0]].shape, ctx[dot.operands[1]].shape
     batch = len(lb)
     left, right = lhs.rank - len(lc) - batch, rhs.rank - len(lc) - batch
     if left == 0 or right == 0:
         return None
-    swapped = (*range(batch), *range(batch + left, batch + left + right),
-               *range(batch, batch + left))
-    return dot if tuple(inst.attr("permutation")) == swapped else None
+    return (*range(batch), *range(batch + left, batch + left + right), *range(batch, batch + left))
 
 
 def swapped_dot_slices(ctx: Context, inst: Instruction) -> Instruction | None:
@@ -247,8 +251,7 @@ def swapped_dot_slices(ctx: Context, inst: Instruction) -> Instruction | None:
     if dot.op is not Op.DOT_GENERAL or ctx.comp.root == dot.name:
         return None
     perm = tuple(inst.attr("permutation"))
-    probe = Instruction(inst.name, Op.TRANSPOSE, inst.shape, (dot.name,), inst.attrs, inst.loc)
-    if swapped_dot(_Single(ctx, dot.name), probe) is None:
+    if perm != _swapping(ctx, dot):
         return None
     readers = [i for i in ctx.instructions.values() if dot.name in i.operands]
     for reader in readers:
@@ -260,29 +263,13 @@ def swapped_dot_slices(ctx: Context, inst: Instruction) -> Instruction | None:
     return sliced
 
 
-class _Single:
-    """A context in which `name` is read once: `swapped_dot` asks that of the dot, which the
-    slices here read (each through the transpose) instead."""
-
-    def __init__(self, ctx: Context, name: str) -> None:
-        self.ctx, self.name = ctx, name
-
-    def __getitem__(self, name: str) -> Instruction:
-        return self.ctx[name]
-
-    def uses(self, name: str) -> int:
-        return 1 if name == self.name else self.ctx.uses(name)
-
-
 def swap_sliced_dot(ctx: Context, inst: Instruction, sliced: Instruction) -> Replacement:
     """The slice, permuted, of the dot with its operands swapped (one per slice; `cse` merges
     them, and the old dot is left to `dce`)."""
     dot = ctx[sliced.operands[0]]
     perm = inst.attr("permutation")
-    swapped_shape = dot.shape.with_dims(tuple(dot.shape.dims[p] for p in perm))
-    probe = Instruction(ctx.fresh("dot_general"), Op.TRANSPOSE, swapped_shape, (dot.name,), inst.attrs, dot.loc)
-    (swapped,) = swap_dot_operands(ctx, probe, dot)
-    swapped = swapped.replace(name=probe.name, loc=dot.loc)
+    (swapped,) = swap_dot_operands(ctx, dot.replace(name=ctx.fresh("dot_general"),
+                                                    shape=dot.shape.with_dims(tuple(dot.shape.dims[p] for p in perm))), dot)
     attrs = {k: tuple(v[p] for p in perm) for k, v in sliced.attrs}
     return [swapped, sliced.replace(name=inst.name, shape=inst.shape, operands=(swapped.name,),
                                     attrs=tuple((k, attrs[k]) for k, _ in sliced.attrs), loc=inst.loc)]

@@ -89,12 +89,14 @@ def _lower(module: Module, comp: Computation, out: Lowered, prefix: str, loop_bo
                           "dims": dims, "dtype": dtype})
         elif inst.op in LIBRARY_OPS:
             steps.append(library_step(inst, common))
-        elif inst.op is Op.CALLBACK and isinstance(inst.shape, TupleShape) and len(inst.shape.elements) == 1:
-            array = slots[(inst.name, 0)] = len(slots)  # one result: packed as kernels' are, below
-            steps.append(callback_step(inst, [body[o].array_shape for o in inst.operands], {**common, "outputs": [array]}))
-            steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
         elif inst.op is Op.CALLBACK:
-            steps.append(callback_step(inst, [body[o].array_shape for o in inst.operands], common))
+            operands = [body[o].array_shape for o in inst.operands]
+            if isinstance(inst.shape, TupleShape) and len(inst.shape.elements) == 1:
+                array = slots[(inst.name, 0)] = len(slots)  # one result: packed as kernels' are, below
+                steps.append(callback_step(inst, operands, {**common, "outputs": [array]}))
+                steps.append({"op": "alias", "kind": "tuple", **common, "inputs": [array]})
+            else:
+                steps.append(callback_step(inst, operands, common))
         elif inst.op in (Op.WHILE, Op.CONDITIONAL):
             loop = int(inst.op is Op.WHILE)
             out.loops += loop

@@ -436,12 +436,12 @@ class _Writer:
 
     def dot(self, d: dict, lhs: str, rhs: str, out: str, indent: str) -> None:
         self.buffer(out, d["dims"], d["dtype"], indent)
-        if not _matrix_product(d) and _vector_product(d) is None:
+        vector = _vector_product(d)
+        if vector is None and not _matrix_product(d):
             lhs_axes, rhs_axes, (b, m, k, n) = _batched(d)
             a = _permuted(lhs, lhs_axes, (b, m, k))
             self.emit(indent, f"batched_matmul({a}, {_permuted(rhs, rhs_axes, (b, k, n))}, {out}.reshape({(b, m, n)}))")
             return
-        vector = _vector_product(d)
         if vector is not None:
             matrix, other = (lhs, rhs) if len(d["lhs"]) == 2 else (rhs, lhs)
             if vector == "vector_vector":
