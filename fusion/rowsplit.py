@@ -41,9 +41,20 @@ from .pipeline import register
 from .rewrite import Namer
 
 REDUCTIONS = frozenset({Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_PROD, Op.REDUCE_AND, Op.REDUCE_OR})
-# A loop whose split products do fewer multiply-adds a step than this stays whole: handing a
-# part to another thread costs tens of microseconds.
+# What a split gains is its small products running at once: a product of more multiply-adds
+# than THREADED_MACS runs on BLAS's threads whole (the numba backend's SMALL_DOT), where a
+# 64-row product beats two 32-row ones on a thread each (64x256 by 256x1024 with two threads:
+# 174 us; 32 rows on one thread: 198 us). A loop stays whole where its small split products do
+# fewer multiply-adds a step than MIN_SPLIT_MACS (handing a part to another thread costs tens
+# of microseconds) or less than SMALL_SHARE of the split ones (an LSTM's 64x256 by 256x1024
+# gates product with a 64x64 by 64x1024 input product: 13.9 ms split, 13.5 ms whole).
+THREADED_MACS = 1 << 22
 MIN_SPLIT_MACS = 1 << 18
+SMALL_SHARE = 0.5
+# Each part does the products that are not split in full: a loop stays whole where those do
+# more than MAX_REPEATED_SHARE of the split ones (an LSTM gradient's loop split along the
+# hidden features of its weight gradient would do its gates' products twice: 77 ms, whole 30).
+MAX_REPEATED_SHARE = 0.25
 
 
 class _Disproved(Exception):
@@ -112,6 +123,11 @@ class _Proof:
             self.need(inst.operands[0], a)
         elif op is Op.DYNAMIC_SLICE and _dims(self.comp[inst.operands[0]])[a] == _dims(inst)[a]:
             self.need(inst.operands[0], a)
+        elif op is Op.SLICE and _dims(self.comp[inst.operands[0]])[a] == _dims(inst)[a] and inst.attr("strides")[a] == 1:
+            self.need(inst.operands[0], a)
+        elif op is Op.CONCATENATE and a != inst.attr("dimension"):
+            for o in inst.operands:
+                self.need(o, a)
         elif op is Op.DOT_GENERAL:
             (lc, rc), (lb, rb) = inst.attr("contracting"), inst.attr("batch")
             lhs, rhs = (_dims(self.comp[o]) for o in inst.operands)
@@ -132,9 +148,10 @@ class _Proof:
 
     def _varies(self, inst: Instruction, a: int) -> bool:
         """Whether the value can differ along axis `a` (a broadcast's or an iota's other axes,
-        a scalar constant's none)."""
-        if inst.op is Op.BROADCAST_IN_DIM:
-            return a in inst.attr("dims")
+        a scalar constant's none; not an axis a broadcast takes from one of extent 1)."""
+        if inst.op is Op.BROADCAST_IN_DIM:  # an operand's axis of extent 1 is broadcast too
+            dims = inst.attr("dims")
+            return a in dims and _dims(self.comp[inst.operands[0]])[dims.index(a)] != 1
         if inst.op is Op.IOTA:
             return a == inst.attr("dimension")
         return inst.op is Op.CONSTANT and bool(_dims(inst))
@@ -274,15 +291,27 @@ def prove(body: Computation, cond: Computation, state: dict[int, int]) -> tuple[
     return None
 
 
-def _split_macs(body: Computation, axes: dict) -> int:
-    """Multiply-adds a step of the split products do."""
-    total = 0
+def _split_macs(body: Computation, axes: dict) -> tuple[int, int, int]:
+    """Multiply-adds a step of the products that reach the root do: (split, split and of at
+    most `THREADED_MACS` whole, not split)."""
+    live, stack = set(), [body.root]
+    while stack:
+        name = stack.pop()
+        if name not in live:
+            live.add(name)
+            stack.extend(body[name].operands)
+    split = small = whole = 0
     for inst in body.instructions:
-        if inst.op is Op.DOT_GENERAL and axes.get(inst.name) is not None:
+        if inst.op is Op.DOT_GENERAL and inst.name in live:
             lc = inst.attr("contracting")[0]
             lhs = _dims(body[inst.operands[0]])
-            total += math.prod(_dims(inst)) * math.prod(lhs[k] for k in lc)
-    return total
+            macs = math.prod(_dims(inst)) * math.prod(lhs[k] for k in lc)
+            if axes.get(inst.name) is None:
+                whole += macs
+            else:
+                split += macs
+                small += macs if macs <= THREADED_MACS else 0
+    return split, small, whole
 
 
 def _halved(comp: Computation, axes: dict, parts: int) -> Computation:
@@ -350,7 +379,8 @@ class RowSplitLoops:
         return module.replace(computations=tuple(current[c.name] for c in module.computations))
 
     def best(self, body: Computation, cond: Computation, parts: int):
-        """The proof splitting the most product work, or None."""
+        """The proof splitting the most product work, or None where none gains enough (the
+        thresholds above)."""
         best, best_macs = None, 0
         tried = set()
         for k, p in enumerate(body.parameters):
@@ -369,10 +399,11 @@ class RowSplitLoops:
                 extents |= {_dims(body[v])[x] for v, x in axes.items() if x is not None}
                 if len(extents) != 1:
                     continue
-                macs = _split_macs(body, axes)
-                if macs > best_macs:
+                macs, small, repeated = _split_macs(body, axes)
+                if small >= MIN_SPLIT_MACS and small >= SMALL_SHARE * macs and repeated <= MAX_REPEATED_SHARE * macs \
+                        and macs > best_macs:
                     best, best_macs = found, macs
-        return best if best_macs >= MIN_SPLIT_MACS else None
+        return best
 
     def rewrite(self, instructions: list, loop: Instruction, state: dict, parts: int, root: str) -> tuple[list, str]:
         """(the instructions with `loop` split into `parts` loops, the root, renamed where it

@@ -185,9 +185,30 @@ def leaky_fori(xs, wx, wh, b):
     return lax.fori_loop(0, 5, lambda i, h: jnp.tanh(h @ wh + b) * 0.5 + h * 0.5, h0)
 
 
-@pytest.mark.parametrize("fn", [rnn_transposed_weight, rnn_batch_last, leaky_fori])
-def test_other_loops_that_keep_rows_apart_split(fn):
-    args = arguments()
+def lstm(xs, wx, wh, b):
+    """flax's OptimizedLSTMCell's shape: one product for the four gates, sliced, and a bias
+    kept as a row (1, 4 * hidden) broadcast over the batch."""
+    hidden = wh.shape[0]
+    wx4, wh4, b4 = jnp.tile(wx, (1, 4)), jnp.tile(wh, (1, 4)) / 2, jnp.tile(b, 4).reshape(1, -1)
+
+    def cell(carry, x):
+        c, h = carry
+        z = x @ wx4 + h @ wh4 + b4
+        i, f, g, o = (z[:, k * hidden:(k + 1) * hidden] for k in range(4))
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (c, h), h
+
+    zeros = jnp.zeros((xs.shape[1], hidden), xs.dtype)
+    return lax.scan(cell, (zeros, zeros), xs)[1]
+
+
+@pytest.mark.parametrize("fn, hidden", [(rnn_transposed_weight, HIDDEN), (rnn_batch_last, HIDDEN),
+                                        (leaky_fori, HIDDEN), (lstm, 64)])
+def test_other_loops_that_keep_rows_apart_split(fn, hidden):
+    """The LSTM splits through its gates' slices and its bias row (16 x 64 by 64 x 256: 2**18
+    multiply-adds a step)."""
+    args = arguments(hidden=hidden)
     before, after, rowsplit = split_of(fn, *args)
     assert len(rowsplit.splits) == 1 and len(loops(after)) == 2
     np.testing.assert_array_equal(np.asarray(interpret(after, *args)), np.asarray(interpret(before, *args)))
@@ -317,3 +338,34 @@ def test_only_views_the_parts_alone_read_are_left_views():
     alone = [slice_step, zeros, *elements, _loop_step("a", [3, 2], 5), _loop_step("b", [4, 2], 6)]
     alone[-1]["computations"] = ["cond2", "body2"]  # two loops, not the parts of one
     assert split_loops.read_by_parts_alone({"steps": alone, "results": [5, 6]}) == set()
+
+
+def test_a_loop_of_products_large_enough_for_blas_threads_stays_whole():
+    """64 x 512 by 512 x 512 a step: BLAS's threads run the whole product faster than two
+    threads each run half of it."""
+    args = arguments(batch=64, hidden=512, edges=False)
+    _, after, rowsplit = split_of(rnn, *args)
+    assert rowsplit.splits == [] and len(loops(after)) == 1
+
+
+def weight_gradient_loop(xs, wx, wh, b):
+    """A loop accumulating `x.T @ g` (the shape of a scanned cell's weight gradient): it splits
+    along x's features only, and each part would then do the step's `h @ wh` in full."""
+    def cell(carry, x):
+        h, dw = carry
+        g = jnp.tanh(h @ wh + b)
+        return (g, dw + x.T @ g), None
+
+    h0 = jnp.zeros((xs.shape[1], wh.shape[0]), xs.dtype)
+    return lax.scan(cell, (h0, jnp.zeros((xs.shape[2], wh.shape[0]), xs.dtype)), xs)[0][1]
+
+
+def test_a_split_that_repeats_more_products_than_it_splits_is_not_made():
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((STEPS, BATCH, 256)).astype(np.float32)  # x.T @ g: 2**19 a step
+    _, wx, wh, b = arguments(edges=False)  # h @ wh: 2**18 a step, repeated by each part
+    _, after, rowsplit = split_of(weight_gradient_loop, xs, wx, wh, b)
+    assert rowsplit.splits == [] and len(loops(after)) == 1
+    got = np.asarray(xfuse.jit(weight_gradient_loop)(xs, wx, wh, b))
+    assert_close(got, np.asarray(jax.jit(weight_gradient_loop)(xs, wx, wh, b)), DType.F32, "weight gradient",
+                 ACCUMULATION, scale=np.full(got.shape, 16.0))
