@@ -121,10 +121,8 @@ class _Proof:
             self.need(inst.operands[0], inst.attr("permutation")[a])
         elif op is Op.REV and a not in inst.attr("dimensions"):
             self.need(inst.operands[0], a)
-        elif op is Op.DYNAMIC_SLICE and _dims(self.comp[inst.operands[0]])[a] == _dims(inst)[a]:
-            self.need(inst.operands[0], a)
-        elif op is Op.SLICE and _dims(self.comp[inst.operands[0]])[a] == _dims(inst)[a] and inst.attr("strides")[a] == 1:
-            self.need(inst.operands[0], a)
+        elif op in (Op.DYNAMIC_SLICE, Op.SLICE) and _dims(self.comp[inst.operands[0]])[a] == _dims(inst)[a]:
+            self.need(inst.operands[0], a)  # the axis taken whole
         elif op is Op.CONCATENATE and a != inst.attr("dimension"):
             for o in inst.operands:
                 self.need(o, a)
