@@ -5,13 +5,13 @@ a sampler's tree building), with no f16/bf16 and no other nested programs, runs 
 generated `numba.njit` function that calls the kernels itself, so an iteration does not return
 to Python; a conditional becomes an if/elif chain. A product of two matrices (a dot, or the
 dot of an output fusion) runs in BLAS through numba's `np.dot`, with BLAS's threads when large
-(`SMALL_DOT`); where every product of the loop is small, BLAS runs them on one thread, and
-the tiniest (`BLAS_DOT_MIN`), and those of few rows where the CPU has no AVX-512
-(`BLAS_ROWS_MIN`), run in the driver's own loops, as do the small ones of a loop that has a
-large one too. A kernel the runtime would split over threads runs on one thread in a driver:
-a backward scan's weight-gradient epilogues and bias sums lose less there than each
-iteration's return to Python cost. Other loops, and any loop numba fails to type on its first
-call, run in the runtime (`xfuse.runtime.control`).
+(`THREADED_DOT`; never in a part of a loop split by rows); where every product of the loop is
+small, BLAS runs them on one thread, and the tiniest (`BLAS_DOT_MIN`), and those of few rows
+where the CPU has no AVX-512 (`BLAS_ROWS_MIN`), run in the driver's own loops, as do the small
+ones of a loop that has a large one too. A kernel the runtime would split over threads runs on
+one thread in a driver: a backward scan's weight-gradient epilogues and bias sums lose less
+there than each iteration's return to Python cost. Other loops, and any loop numba fails to
+type on its first call, run in the runtime (`xfuse.runtime.control`).
 
 A scan's stacked outputs are written as XLA writes them: a fusion that is only a
 dynamic_update_slice of a state element, which the body passes to nothing else and returns in
@@ -27,6 +27,7 @@ each kernel output is a fresh array, so no iteration writes over a value another
 from __future__ import annotations
 
 import hashlib
+import itertools
 import linecache
 import math
 import threading
@@ -39,7 +40,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from xfuse.hlo import Computation, Op
-from xfuse.runtime import blas
+from xfuse.runtime import blas, split_loops
 from xfuse.runtime.control import unshared
 from xfuse.runtime.library import callback_run
 from xfuse.runtime.pool import c_ordered
@@ -60,6 +61,12 @@ from .control import kernel_name, part
 # product on these machines (16x256 by 256x256: 39 us on one thread, 0.3 ms with two BLAS
 # threads on a busy machine); larger ones go to BLAS through np.dot, with its threads.
 SMALL_DOT = 1 << 22
+# In a loop, products of more multiply-adds than THREADED_DOT run in BLAS with its threads: a
+# training step scanned by optax (128x256 by 256x256, 128x64 by 64x256 a step) 12.0 ms with
+# SMALL_DOT there, 9.0 ms with 2**18, an equinox GRU 11.2 against 9.4. The parts of a loop
+# split by rows (`fusion.rowsplit`) run every product on their own thread: two parts each
+# calling BLAS with its threads fight over the cores (a split GRU: 4.1 ms against 13.2).
+THREADED_DOT = 1 << 18
 # In a driver whose products are all small, those from BLAS_DOT_MIN multiply-adds and
 # BLAS_ROWS_MIN rows go to BLAS too (np.dot), with BLAS set to one thread while the driver runs
 # (`blas.single_threaded`). Where numba compiles for AVX-512 (znver4 here), a call costs about
@@ -301,6 +308,7 @@ class _Writer:
         self.by_turns = True  # whether those may use two buffers by turns
         self.in_branch = 0
         self.one_thread = False  # every product is small: BLAS runs them on one thread
+        self.threaded = THREADED_DOT  # products of more multiply-adds run on BLAS's threads
         self.blas_dots = 0  # small products handed to BLAS
 
     def emit(self, indent: str, line: str) -> None:
@@ -455,9 +463,10 @@ class _Writer:
         m, k = reversed(d["lhs"]) if lhs_t else d["lhs"]
         n = d["rhs"][0] if rhs_t else d["rhs"][1]
         a, b = f"{lhs}.T" if lhs_t else lhs, f"{rhs}.T" if rhs_t else rhs  # views, no copies
-        if m * n * k > SMALL_DOT:
+        packs = rhs in self.invariant and _packs(d)  # packed once: faster than BLAS's threads
+        if m * n * k > SMALL_DOT or m * n * k > self.threaded and not packs:
             self.emit(indent, f"np.dot({a}, {b}, {out})")
-        elif rhs in self.invariant and _packs(d):
+        elif packs:
             state = self.invariant[rhs]
             self.packed.add(state)
             self.emit(indent, f"packed_matmul({lhs}, {rhs}, p{state}, {out})")
@@ -529,12 +538,14 @@ class _Writer:
 
 
 def write_driver(step: dict, kernels: dict, constants: dict, name: str,
-                 bodies: dict | None = None) -> Driver:
+                 bodies: dict | None = None, part: bool = False) -> Driver:
     """The driver of a while step; `bodies` (kernel name -> fused computation) lets windows
-    be written in place and the driver be cached."""
+    be written in place and the driver be cached. `part`: the step is a part of a loop split
+    by rows, run beside the others: its products run on its own thread."""
     n = len(step["inputs"])
     writer = _Writer(kernels, bodies or {})
-    writer.one_thread = all(macs(d) <= SMALL_DOT for d in products(step["condition"], step["body"]))
+    writer.threaded = math.inf if part else THREADED_DOT
+    writer.one_thread = all(macs(d) <= writer.threaded for d in products(step["condition"], step["body"]))
     writer.lines.append("    while True:")
     writer.program(step["condition"], "a", constants, "        ")
     (flag,) = step["condition"]["results"]
@@ -703,13 +714,15 @@ def native_loops(program: dict, kernels: dict, constants: dict, bodies: dict | N
     with its driver's name. `bodies`: the lowering's fused computation of each kernel."""
     drivers: dict[str, Kernel] = {}
     seen: dict[str, str] = {}  # what a driver is (`key` below) -> its name
+    top = program["steps"]  # loops split by rows are the program's own (`fusion.rowsplit`)
+    parts = {id(s) for a, b in itertools.pairwise(top) if split_loops.parts_of(a, b) for s in (a, b)}
     for step in walk(program):
         if not eligible(step):
             continue
         name = "loop_" + "".join(c if c.isalnum() else "_" for c in step["name"]) + f"_{len(drivers)}"
         # Loops whose drivers are the same text (but for their names) calling kernels that
         # compute the same (the parts of a loop split by rows) share one: it is compiled once.
-        driver = write_driver(step, kernels, constants, name, bodies)
+        driver = write_driver(step, kernels, constants, name, bodies, part=id(step) in parts)
         known = _identified(driver.identity)
         text = "\n".join([driver.source.replace(f"def {name}(", "def loop(", 1), *driver.identity])
         key = cache.kernel_key(text, {str(k): a for k, a in enumerate(driver.constants)})

@@ -63,13 +63,13 @@ def test_native_results_own_their_memory(steps):
     np.testing.assert_array_equal(again[1], [1, 2, 3] if steps == 0 else [7, 7, 7])
 
 
-def traced(fn, *args):
+def traced(fn, *args, passes=STEP_BY_STEP):
     import jax
 
     specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
     flat = lambda *a: jax.tree_util.tree_leaves(fn(*a))  # noqa: E731
     module = trace(flat, specs, [f"a{k}" for k in range(len(args))], fn.__name__)
-    return run_pipeline(module, STEP_BY_STEP).module
+    return run_pipeline(module, passes).module
 
 
 def test_a_loop_with_a_matrix_product_runs_natively():
@@ -326,12 +326,12 @@ def test_a_loop_of_small_products_runs_them_in_blas_on_one_thread(dtype, monkeyp
     from xfuse.runtime import blas
 
     from xfuse.backends.numba.loop_kernels import PANEL
-    from xfuse.backends.numba.native_loop import BLAS_DOT_MIN, BLAS_ROWS_MIN, SMALL_DOT
+    from xfuse.backends.numba.native_loop import BLAS_DOT_MIN, BLAS_ROWS_MIN, THREADED_DOT
 
-    # 64x120 @ 120x120: past BLAS_DOT_MIN and BLAS_ROWS_MIN whatever the CPU, small, and not
+    # 64x60 @ 60x60: past BLAS_DOT_MIN and BLAS_ROWS_MIN whatever the CPU, small, and not
     # columns in whole panels of 32 (`_packs`: those go through packed_matmul)
-    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=64, hidden=120))
-    assert BLAS_DOT_MIN <= 64 * 120 * 120 <= SMALL_DOT and BLAS_ROWS_MIN <= 64 and 120 % PANEL
+    xs, wx, wh, b = (a.astype(dtype) for a in rnn_inputs(steps=6, batch=64, hidden=60))
+    assert BLAS_DOT_MIN <= 64 * 60 * 60 <= THREADED_DOT and BLAS_ROWS_MIN <= 64 and 60 % PANEL
     xs[1, 2, 3], xs[2, 0, 0], xs[3, 1, 1], xs[4, 5, :] = np.nan, np.inf, -np.inf, -0.0
     with jax.enable_x64(dtype == np.float64):
         module = traced(rnn, xs, wx, wh, b)
@@ -410,6 +410,34 @@ def test_a_loop_with_a_large_product_keeps_its_small_ones_in_its_own_loops():
     want = jax.tree_util.tree_leaves(jax.jit(two_products)(h, wh, p, m))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+def test_the_parts_of_a_split_loop_run_every_product_on_their_own_thread(monkeypatch):
+    """32x200 @ 200x200 a step is past THREADED_DOT: whole, the loop runs it on BLAS's threads;
+    split by rows (`fusion.rowsplit`), each part runs its half on its own thread, BLAS set to
+    one: two parts each calling a threaded BLAS would fight over the cores."""
+    import jax
+
+    from xfuse.backends.numba.native_loop import THREADED_DOT
+
+    monkeypatch.setenv("XFUSE_NUM_THREADS", "2")
+    xs, wx, wh, b = rnn_inputs(steps=4, batch=32, hidden=200)
+    xs[1, 3, 2], xs[2, 20, :] = np.nan, -0.0
+    assert 32 * 200 * 200 > THREADED_DOT
+    whole = traced(rnn, xs, wx, wh, b)
+    rowsplit = [*parse_pipeline("simplify,fold,cse,licm,rowsplit,dce"), Fuse(scan=False)]
+    split = traced(rnn, xs, wx, wh, b, passes=rowsplit)
+    for module, parts in ((whole, 1), (split, 2)):
+        lowered, drivers = drivers_of(module)
+        loops = [s for s in walk(lowered.program) if s["op"] == "while"]
+        assert len(loops) == parts and all(s["native"] in drivers for s in loops)
+        for d in drivers.values():  # whole: BLAS with its threads; a part: none but its own
+            threaded = "np.dot(" in d.fn.source and not d.fn.driver.one_thread
+            assert threaded == (parts == 1)
+        got = compile_module(module)([xs, wx, wh, b])
+        want = jax.tree_util.tree_leaves(jax.jit(rnn)(xs, wx, wh, b))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-5)  # NaN where jax has NaN
 
 
 @pytest.mark.parametrize("m, k, n", [(8, 256, 256), (16, 37, 64), (24, 1, 32), (8, 300, 96), (8, 0, 32)])
