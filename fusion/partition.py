@@ -256,6 +256,9 @@ class Partitioner:
         if duplicated:
             self.record(name, consumer_groups[0], True, f"{apart}; recomputed in each, cheaper than storing it", 0)
             return
+        if inst.op is Op.RESHAPE:  # stored, a reshape is a view: no kernel writes a copy of it
+            self.record(name, None, False, f"{apart}; {why_not}; a reshape: a view of its stored operand")
+            return
         for g in consumer_groups:  # join one consumer as an extra output
             joined, why, saved = self.try_join(name, [g], check_cycles=True)
             if joined is not None:
