@@ -379,6 +379,7 @@ def derive_program(program, runs: dict[str, list[dict]]) -> dict:
 
     row["first_result_s"] = {
         "xfuse": first("xfuse", "time_to_first_result_s"),
+        "xfuse_native": first("xfuse", "native_ready_s"),
         "xfuse_cached": first("xfuse", "cached_first_result_s"),
         "jax": first("jax", "time_to_first_result_s"),
     }

@@ -225,22 +225,33 @@ def _program_xfuse(fn: Callable, args: tuple, backend: str | None, result: dict)
     import jax
     import xfuse
 
-    result["stage"] = "trace"
+    # The user's path, cold (an empty kernel cache): the first call's result (from the quick
+    # tier where the native compile takes long, `xfuse.tiers`), then the native program ready.
+    result["stage"] = "first call"
     start = time.perf_counter()
+    tiered = xfuse.jit(fn, backend=backend)
+    jax.block_until_ready(tiered(*args))
+    first = time.perf_counter()
+    first_tier = tiered.tier_of(*args)
+    tiered.wait_native()
+    native = time.perf_counter()
+    # The stages, with the kernels now in the cache
+    result["stage"] = "trace"
+    start_stages = time.perf_counter()
     lowered = xfuse.jit(fn, backend=backend).lower(*args)
     traced = time.perf_counter()
     result["stage"] = "compile"
     compiled = lowered.compile()
     done = time.perf_counter()
-    result["stage"] = "first call"
     jax.block_until_ready(compiled(*args))
-    first = time.perf_counter()
     result.update(
         backend=lowered.backend,
-        trace_s=traced - start,
+        trace_s=traced - start_stages,
         compile_s=done - traced,
-        first_call_s=first - done,
+        first_call_s=time.perf_counter() - done,
         time_to_first_result_s=first - start,
+        first_tier=first_tier,
+        native_ready_s=native - start,
         kernel_count=compiled.kernel_count(),
         steps_per_call=compiled.steps_per_call(*args),
     )
@@ -248,8 +259,10 @@ def _program_xfuse(fn: Callable, args: tuple, backend: str | None, result: dict)
     # the kernels the first compile left in the cache.
     jitted = xfuse.jit(fn, backend=backend)
     start = time.perf_counter()
-    output = jax.block_until_ready(jitted(*args))
+    jax.block_until_ready(jitted(*args))
     result["cached_first_result_s"] = time.perf_counter() - start
+    jitted.wait_native()  # timed and checked: the native program
+    output = jax.block_until_ready(jitted(*args))
     if lowered.backend == "jax":
         return (lambda: jax.block_until_ready(jitted(*args))), output
     return (lambda: jitted(*args)), output

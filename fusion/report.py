@@ -39,6 +39,7 @@ class FusionReport:
     kernels: int = 0  # fusions plus instructions that run as kernels of their own
     placements: list[PlacementInfo] = field(default_factory=list)
     loops: list[str] = field(default_factory=list)  # what licm hoisted and rowsplit split
+    tier: str = ""  # which tier runs the calls, where not the native program (`xfuse.tiers`)
 
     def refused(self) -> list[DecisionInfo]:
         return [d for d in self.decisions if not d.fused]
@@ -51,10 +52,13 @@ class FusionReport:
             "decisions": [asdict(d) for d in self.decisions],
             "placements": [asdict(p) for p in self.placements],
             "loops": list(self.loops),
+            "tier": self.tier,
         }
 
     def __str__(self) -> str:
         lines = [f"Fusion report for {self.module}: {self.kernels} kernel(s), {len(self.fusions)} fusion(s)"]
+        if self.tier:
+            lines.append(f"Tier: {self.tier}")
         for f in self.fusions:
             ops = ", ".join(dict.fromkeys(f.ops))
             lines.append("")

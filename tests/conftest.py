@@ -22,6 +22,10 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
+# Calls run native code from the first one (`xfuse.tiers`), so that a test sees the backend it
+# names; tests/test_tiers.py turns tiers on where it tests them.
+os.environ.setdefault("XFUSE_TIERS", "0")
+
 # Kernels compiled by the tests go to a cache of the session's own, not the user's.
 if "XFUSE_CACHE_DIR" not in os.environ:
     import atexit

@@ -9,16 +9,19 @@ from __future__ import annotations
 import functools
 import operator
 import threading
+import time
 from concurrent.futures import Future
 from collections.abc import Callable, Iterable, Sequence
 
 from jax._src.config import enable_x64 as _X64  # x64 decides canonical dtypes: in the key
 import jax
 from jax._src.array import ArrayImpl as _JaxArray
+import numpy as np
 from numpy import asarray, generic, ndarray
 
 from . import frontend_bridge as bridge
 from . import signature as sig
+from . import tiers as tiers_
 from .compiler import _DEFAULT as _CHOICE  # the innermost default_backend block: in the keys
 from .compiler import check_passes, make_choice
 from .runtime.executable import MISS
@@ -51,6 +54,7 @@ class Jitted:
         donate_argnums: int | Iterable[int] = (),
         fallback: str | None = None,
         backend_options: dict | None = None,
+        tiers: bool | None = None,
     ) -> None:
         if not callable(fun):
             raise TypeError(f"xfuse.jit expects a function, got {type(fun).__name__}")
@@ -83,6 +87,10 @@ class Jitted:
         self._tree_fast: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
         self._compiling: dict[tuple, threading.Lock] = {}
+        if tiers not in (None, True, False):
+            raise ValueError(f"tiers must be None, True or False, got {tiers!r}")
+        self.tiers = tiers
+        self._pending: dict[tuple, tiers_.Pending] = {}  # native compiles the quick tier covers
         functools.update_wrapper(self, fun)
 
     # ------------------------------------------------------------------ calling
@@ -120,6 +128,8 @@ class Jitted:
             compiled = self._compile_once(key, args, kwargs)
         arrays = [sig.to_array(leaf, spec, compiled._device_arrays) for leaf, spec in zip(leaves, specs)]
         outputs = compiled.call_flat(arrays)  # first: the fast path is chosen for settled kernels
+        if compiled.tier != "native":  # the quick tier: no fast path, the native one comes
+            return outputs
         self._remember_tree(key, leaves, arrays, compiled)
         if not kwargs and len(arrays) == len(args) and all(a is b for a, b in zip(arrays, args)) \
                 and not self.splitter.has_static:
@@ -216,13 +226,64 @@ class Jitted:
             with gate:
                 compiled = self._cache.get(key)
                 if compiled is None:
-                    compiled = self.lower(*args, **kwargs).compile()
-                    self._cache[key] = compiled
+                    lowered = self.lower(*args, **kwargs)
+                    if tiers_.enabled(self.tiers, lowered.backend):
+                        compiled = self._tiered(key, lowered, args, kwargs)
+                    else:
+                        compiled = self._cache[key] = lowered.compile()
         finally:  # the gate goes once its key is cached, or its compile failed: none stays behind
             with self._lock:
                 if self._compiling.get(key) is gate:
                     del self._compiling[key]
         return compiled
+
+    def _tiered(self, key: tuple, lowered: Lowered, args: tuple, kwargs: dict) -> Compiled:
+        """The native program where its compile (on a thread of its own) ends within
+        `tiers.TIER_WAIT_S` (none with tiers=True), else the quick tier until it does."""
+        dynamic_args, dynamic_kwargs, _ = self.splitter.split(args, kwargs)
+        leaves, paths, _ = sig.leaf_paths(dynamic_args, dynamic_kwargs, self.splitter.dynamic_names(len(args)))
+        arrays = [np.array(sig.to_array(leaf, spec, False)) for leaf, spec in zip(leaves, lowered.info.leaves)]
+
+        def install(pending: tiers_.Pending) -> None:
+            with self._lock:
+                if pending.native is not None:
+                    self._cache[key] = pending.native
+                self._pending.pop(key, None)
+
+        with self._lock:
+            pending = self._pending[key] = tiers_.Pending(lowered, arrays, install)
+        if pending.done.wait(0 if self.tiers else tiers_.TIER_WAIT_S):
+            if pending.error is not None:
+                raise pending.error
+            return pending.native
+        quick = tiers_.QuickCompiled(lowered, self.fun, pending)
+        with self._lock:
+            if pending.done.is_set():  # ended while the quick tier compiled
+                if pending.error is None:
+                    return pending.native
+            pending.quick_took_over = True
+            self._cache.setdefault(key, quick)
+            return self._cache[key]
+
+    def wait_native(self, timeout: float | None = None) -> bool:
+        """Waits for the native compiles the quick tier covers (`xfuse.tiers`); whether none
+        is left after `timeout` seconds (None: as long as they take)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = list(self._pending.values())
+            if not pending:
+                return True
+            left = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if not pending[0].done.wait(left):
+                return False
+
+    def tier_of(self, *args: object, **kwargs: object) -> str | None:
+        """Which tier runs a call on these arguments now: "native", "jax" (the quick tier, while
+        the native program compiles or where its compile failed), or None before a first call."""
+        key, _, _ = self._key_and_leaves(args, kwargs)
+        compiled = self._cache.get(key)
+        return None if compiled is None else compiled.tier
 
     # ------------------------------------------------------------------ stages
     def lower(self, *args: object, **kwargs: object) -> Lowered:
@@ -291,6 +352,7 @@ def jit(
     donate_argnums: int | Iterable[int] = (),
     fallback: str | None = None,
     backend_options: dict | None = None,
+    tiers: bool | None = None,
 ) -> Jitted | Callable[[Callable], Jitted]:
     """Compiles `fun` with xfuse; usable as `@xfuse.jit` or `@xfuse.jit(static_argnums=...)`.
 
@@ -300,7 +362,10 @@ def jit(
     `backend`: a backend's name (`xfuse.devices()` lists them; default numba, or the innermost
     `with xfuse.default_backend(...)`). `fallback`: the backend that runs the instructions
     `backend` cannot (None: those raise `UnsupportedError`, naming the op). `backend_options`:
-    the backend's own options (the jax backend: `mode`, `device`).
+    the backend's own options (the jax backend: `mode`, `device`). `tiers`: whether a first
+    call whose native compile takes long runs meanwhile on the jax backend (`xfuse.tiers`;
+    None: where it takes over `tiers.TIER_WAIT_S`, True: unless it is ready at once, False:
+    never, every call runs native code).
     """
     if fun is None:
         return functools.partial(
@@ -312,9 +377,10 @@ def jit(
             donate_argnums=donate_argnums,
             fallback=fallback,
             backend_options=backend_options,
+            tiers=tiers,
         )
     return Jitted(
-        fun, static_argnums, static_argnames, backend, passes, donate_argnums, fallback, backend_options
+        fun, static_argnums, static_argnames, backend, passes, donate_argnums, fallback, backend_options, tiers
     )
 
 

@@ -84,6 +84,8 @@ class Lowered:
 class Compiled:
     """An executable for one signature: call it with the dynamic arguments of that signature."""
 
+    tier = "native"  # the program of the backend asked for (`xfuse.tiers` has a quick one)
+
     def __init__(self, lowered: Lowered, result) -> None:
         self.lowered = lowered
         self.module = result.module
