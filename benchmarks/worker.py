@@ -230,7 +230,13 @@ def _program_xfuse(fn: Callable, args: tuple, backend: str | None, result: dict)
     result["stage"] = "first call"
     start = time.perf_counter()
     tiered = xfuse.jit(fn, backend=backend)
-    jax.block_until_ready(tiered(*args))
+    try:
+        jax.block_until_ready(tiered(*args))
+    except Exception:
+        result["stage"] = "trace"  # where it failed: tracing, when tracing alone fails too
+        tiered.lower(*args)
+        result["stage"] = "first call"
+        raise
     first = time.perf_counter()
     first_tier = tiered.tier_of(*args)
     tiered.wait_native()
