@@ -10,6 +10,7 @@ xfuse.hlo and networkx.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ class PassRecord:
     name: str
     changed: bool
     module: Module
+    seconds: float = 0.0  # how long the pass ran
 
 
 @dataclass
@@ -103,6 +105,7 @@ def run_pipeline(
     for number, p in enumerate(passes, start=1):
         ran = [r.name for r in result.history]
         before = result.module
+        started = time.perf_counter()
         try:
             after = p.run(before)
         except Exception as e:
@@ -112,7 +115,8 @@ def run_pipeline(
                 verify(after)
             except HloVerifyError as e:
                 raise PassError(f"pass '{p.name}' produced an invalid module{_after(ran)}:\n{e}") from e
-        result.history.append(PassRecord(p.name, after is not before, after))
+        seconds = time.perf_counter() - started
+        result.history.append(PassRecord(p.name, after is not before, after, seconds))
         result.module = after
         if dump_dir is not None:
             (dump_dir / f"{module.name}.{number:02d}_{p.name}.hlo").write_text(str(after))

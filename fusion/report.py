@@ -40,6 +40,7 @@ class FusionReport:
     placements: list[PlacementInfo] = field(default_factory=list)
     loops: list[str] = field(default_factory=list)  # what licm hoisted and rowsplit split
     tier: str = ""  # which tier runs the calls, where not the native program (`xfuse.tiers`)
+    compile_stats: dict = field(default_factory=dict)  # `Compiled.compile_stats()`
 
     def refused(self) -> list[DecisionInfo]:
         return [d for d in self.decisions if not d.fused]
@@ -53,12 +54,19 @@ class FusionReport:
             "placements": [asdict(p) for p in self.placements],
             "loops": list(self.loops),
             "tier": self.tier,
+            "compile_stats": dict(self.compile_stats),
         }
 
     def __str__(self) -> str:
         lines = [f"Fusion report for {self.module}: {self.kernels} kernel(s), {len(self.fusions)} fusion(s)"]
         if self.tier:
             lines.append(f"Tier: {self.tier}")
+        stats = self.compile_stats
+        if stats:
+            first = stats.get("first_call_s")
+            lines.append(f"Compile: trace {stats['trace_s']:.3f} s, passes {stats['passes_s']:.3f} s (fusion "
+                         f"{stats['fusion_s']:.3f} s), backend {stats['backend_s']:.3f} s, other {stats['other_s']:.3f} s, "
+                         f"first call {'-' if first is None else f'{first:.3f} s'}; total {stats['total_s']:.3f} s")
         for f in self.fusions:
             ops = ", ".join(dict.fromkeys(f.ops))
             lines.append("")

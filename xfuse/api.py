@@ -293,8 +293,10 @@ class Jitted:
         leaves, paths, treedef = sig.leaf_paths(dynamic_args, dynamic_kwargs, names)
         specs = tuple(sig.abstractify(leaf, path) for leaf, path in zip(leaves, paths))
         info = CallInfo(treedef, specs, static, self.splitter)
+        started = time.perf_counter()
         module, out_tree = bridge.trace_call(self.fun, info)
         lowered = Lowered(module, info, out_tree, self._backend_choice(), self.passes)
+        lowered.trace_s = time.perf_counter() - started
         lowered.donated = self._donated_leaves(args, dynamic_args)
         return lowered
 

@@ -9,6 +9,7 @@ The backend in effect is the one `xfuse.jit(backend=...)` names, else the innerm
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -103,6 +104,7 @@ class CompileResult:
     executable: object
     history: list[PassRecord]
     report: FusionReport
+    backend_s: float = 0.0  # placement and the backend's compile (its code generation)
 
 
 def compile_module(
@@ -127,6 +129,7 @@ def compile_module(
 
         report.kernels = kernel_count(optimized)
     report.loops = [str(done) for p in pipeline for done in (*getattr(p, "hoisted", ()), *getattr(p, "splits", ()))]
+    started = time.perf_counter()
     segments, placed = placement.place(optimized, primary, second, custom)
     report.placements = [PlacementInfo(d.instruction, d.what, d.target, d.reason) for d in outlined + placed]
     options = choice.option_dict
@@ -139,4 +142,4 @@ def compile_module(
             return chosen.compile(sub, **(options if chosen is primary else {})), chosen.host_arrays
 
         executable = placement.build(optimized, segments, compile_on)
-    return CompileResult(optimized, executable, result.history, report)
+    return CompileResult(optimized, executable, result.history, report, time.perf_counter() - started)

@@ -6,6 +6,7 @@ Outputs of the CPU backends are numpy arrays.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class Lowered:
         self.backend = self.choice.name
         self.passes = passes
         self.donated: frozenset[int] = frozenset()  # flat argument positions given up
+        self.trace_s = 0.0  # how long tracing took (`Jitted.lower`)
 
     def as_text(self) -> str:
         return str(self.module)
@@ -78,7 +80,11 @@ class Lowered:
     def compile(self) -> Compiled:
         from .compiler import compile_module
 
-        return Compiled(self, compile_module(self.module, self.choice, self.passes))
+        started = time.perf_counter()
+        result = compile_module(self.module, self.choice, self.passes)
+        compiled = Compiled(self, result)
+        compiled._compile_s = time.perf_counter() - started
+        return compiled
 
 
 class Compiled:
@@ -96,6 +102,8 @@ class Compiled:
         self._device_arrays = _takes_device_arrays(lowered.backend)
         self._fast = None  # (signature, runner) once known; () when there is no fast path
         self._guarded = _never  # the runtime's guarded call, once the first call has settled it
+        self._compile_s = 0.0  # `Lowered.compile`, all of it
+        self._first_call_s: float | None = None  # the first call: kernels compiled or loaded, and run
 
     def as_text(self) -> str:
         """The optimised module."""
@@ -103,7 +111,35 @@ class Compiled:
 
     def fusion_report(self) -> FusionReport:
         """Every fusion made and every candidate refused, with reasons (`str()` for text)."""
-        return self._result.report
+        report = self._result.report
+        report.compile_stats = self.compile_stats()
+        return report
+
+    def compile_stats(self) -> dict:
+        """Where the time to a first result went, in seconds: `trace_s` (the function to HLO),
+        `passes_s` (the optimisation passes; `passes` by name, `fusion_s` the fuse pass's
+        share), `backend_s` (placement and the backend's code generation), `other_s` (the rest
+        of compiling: verification, outlining), `first_call_s` (the numba backend compiles or
+        loads its kernels at the first call; None before it) and `total_s`, their sum."""
+        history = getattr(self._result, "history", [])
+        passes: dict[str, float] = {}
+        for record in history:
+            passes[record.name] = passes.get(record.name, 0.0) + record.seconds
+        passes_s = sum(passes.values())
+        backend_s = getattr(self._result, "backend_s", 0.0)
+        other_s = max(self._compile_s - passes_s - backend_s, 0.0)
+        first = self._first_call_s
+        stats = {
+            "trace_s": self.lowered.trace_s,
+            "passes_s": passes_s,
+            "fusion_s": passes.get("fuse", 0.0),
+            "backend_s": backend_s,
+            "other_s": other_s,
+            "first_call_s": first,
+            "passes": passes,
+        }
+        stats["total_s"] = self.lowered.trace_s + passes_s + backend_s + other_s + (first or 0.0)
+        return stats
 
     def cost_analysis(self) -> dict:
         """Flops and bytes accessed per kernel and in total."""
@@ -332,5 +368,10 @@ class Compiled:
 
     def call_flat(self, arrays: Sequence[np.ndarray]) -> object:
         """Runs on already checked, canonical arrays; returns the output pytree."""
-        outputs = self.executable(arrays)
+        if self._first_call_s is None:
+            started = time.perf_counter()
+            outputs = self.executable(arrays)
+            self._first_call_s = time.perf_counter() - started
+        else:
+            outputs = self.executable(arrays)
         return jax.tree_util.tree_unflatten(self.lowered.out_tree, outputs)

@@ -101,6 +101,7 @@ class QuickCompiled(Compiled):
         self.lowered, self.module, self.pending = lowered, lowered.module, pending
         self.executable = jax.jit(flat).lower(*[spec.struct for spec in info.leaves]).compile()
         self._device_arrays = False
+        self._compile_s, self._first_call_s = 0.0, None
         report = FusionReport(lowered.module.name)
         report.tier = "calls run on jax.jit's executable while the native program compiles; they switch to it when ready"
         self._result = SimpleNamespace(report=report, history=[])
