@@ -161,3 +161,15 @@ def test_tiers_must_be_a_bool_or_none():
         xfuse.jit(layer, tiers="yes")
     assert tiers.enabled(None, "numba") == (tiers.os.environ.get("XFUSE_TIERS", "1") != "0")
     assert tiers.enabled(True, "numba") and not tiers.enabled(True, "jax") and not tiers.enabled(False, "c")
+
+
+def test_a_function_jax_jit_cannot_compile_waits_for_native_code(monkeypatch):
+    """Where the quick tier cannot be built, the first call waits for the native program."""
+    def refused(self, lowered, fun, pending):
+        raise RuntimeError("no quick tier")
+
+    monkeypatch.setattr(tiers.QuickCompiled, "__init__", refused)
+    args = arguments()
+    fn = xfuse.jit(layer, static_argnames="scale", tiers=True)
+    check(fn(*args, scale=0.5), jax.jit(layer, static_argnames="scale")(*args, scale=0.5), "waited")
+    assert fn.tier_of(*args, scale=0.5) == "native" and fn.wait_native(timeout=0)

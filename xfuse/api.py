@@ -241,7 +241,7 @@ class Jitted:
         """The native program where its compile (on a thread of its own) ends within
         `tiers.TIER_WAIT_S` (none with tiers=True), else the quick tier until it does."""
         dynamic_args, dynamic_kwargs, _ = self.splitter.split(args, kwargs)
-        leaves, paths, _ = sig.leaf_paths(dynamic_args, dynamic_kwargs, self.splitter.dynamic_names(len(args)))
+        leaves, _, _ = sig.leaf_paths(dynamic_args, dynamic_kwargs, self.splitter.dynamic_names(len(args)))
         arrays = [np.array(sig.to_array(leaf, spec, False)) for leaf, spec in zip(leaves, lowered.info.leaves)]
 
         def install(pending: tiers_.Pending) -> None:
@@ -256,7 +256,13 @@ class Jitted:
             if pending.error is not None:
                 raise pending.error
             return pending.native
-        quick = tiers_.QuickCompiled(lowered, self.fun, pending)
+        try:
+            quick = tiers_.QuickCompiled(lowered, self.fun, pending)
+        except Exception:  # jax.jit cannot take it: the native program, when it is ready
+            pending.done.wait()
+            if pending.error is not None:
+                raise pending.error from None
+            return pending.native
         with self._lock:
             if pending.done.is_set():  # ended while the quick tier compiled
                 if pending.error is None:
@@ -365,7 +371,7 @@ def jit(
     `with xfuse.default_backend(...)`). `fallback`: the backend that runs the instructions
     `backend` cannot (None: those raise `UnsupportedError`, naming the op). `backend_options`:
     the backend's own options (the jax backend: `mode`, `device`). `tiers`: whether a first
-    call whose native compile takes long runs meanwhile on the jax backend (`xfuse.tiers`;
+    call whose native compile takes long runs meanwhile on jax.jit's executable (`xfuse.tiers`;
     None: where it takes over `tiers.TIER_WAIT_S`, True: unless it is ready at once, False:
     never, every call runs native code).
     """
