@@ -238,8 +238,9 @@ class Jitted:
         return compiled
 
     def _tiered(self, key: tuple, lowered: Lowered, args: tuple, kwargs: dict) -> Compiled:
-        """The native program where its compile (on a thread of its own) ends within
-        `tiers.TIER_WAIT_S` (none with tiers=True), else the quick tier until it does."""
+        """The native program and the quick tier compile at once, each on a thread of its own:
+        the first ready runs the call (with tiers=True the quick tier, unless the native
+        program is ready by then too), and the native program takes over when it is ready."""
         dynamic_args, dynamic_kwargs, _ = self.splitter.split(args, kwargs)
         leaves, _, _ = sig.leaf_paths(dynamic_args, dynamic_kwargs, self.splitter.dynamic_names(len(args)))
         arrays = [np.array(sig.to_array(leaf, spec, False)) for leaf, spec in zip(leaves, lowered.info.leaves)]
@@ -252,23 +253,20 @@ class Jitted:
 
         with self._lock:
             pending = self._pending[key] = tiers_.Pending(lowered, arrays, install)
-        if pending.done.wait(0 if self.tiers else tiers_.TIER_WAIT_S):
+        built = tiers_.Building(lowered, self.fun, pending)
+        while not built.ready.wait(tiers_.POLL_S):
+            if pending.done.is_set() and not self.tiers:
+                break
+        if built.quick is None or pending.done.is_set() and not self.tiers:
+            pending.done.wait()  # no quick tier (jax.jit cannot take it), or native code first
             if pending.error is not None:
                 raise pending.error
             return pending.native
-        try:
-            quick = tiers_.QuickCompiled(lowered, self.fun, pending)
-        except Exception:  # jax.jit cannot take it: the native program, when it is ready
-            pending.done.wait()
-            if pending.error is not None:
-                raise pending.error from None
-            return pending.native
         with self._lock:
-            if pending.done.is_set():  # ended while the quick tier compiled
-                if pending.error is None:
-                    return pending.native
+            if pending.done.is_set() and pending.error is None:  # ready as the quick tier was
+                return pending.native
             pending.quick_took_over = True
-            self._cache.setdefault(key, quick)
+            self._cache.setdefault(key, built.quick)
             return self._cache[key]
 
     def wait_native(self, timeout: float | None = None) -> bool:
@@ -371,9 +369,9 @@ def jit(
     `with xfuse.default_backend(...)`). `fallback`: the backend that runs the instructions
     `backend` cannot (None: those raise `UnsupportedError`, naming the op). `backend_options`:
     the backend's own options (the jax backend: `mode`, `device`). `tiers`: whether a first
-    call whose native compile takes long runs meanwhile on jax.jit's executable (`xfuse.tiers`;
-    None: where it takes over `tiers.TIER_WAIT_S`, True: unless it is ready at once, False:
-    never, every call runs native code).
+    call runs on jax.jit's executable while native code compiles (`xfuse.tiers`; None: where
+    that is ready first, True: unless native code is ready by then too, False: never, every
+    call runs native code).
     """
     if fun is None:
         return functools.partial(

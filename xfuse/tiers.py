@@ -1,15 +1,16 @@
 """Tiered compiles, as JVMs and JavaScript engines run code: a signature's native compile (the
 numba or C backend: numba compiles each kernel, about 0.4 s a kernel cold) runs on a thread of
-its own, and where it is not done within `TIER_WAIT_S`, the calls run meanwhile through the
-quick tier: `jax.jit` of the same function at the same signature (ready in jax.jit's own
-compile time). When the native program is ready, the next call runs it.
+its own, and so does the quick tier's: `jax.jit` of the same function at the same signature
+(ready in about jax.jit's own compile time). The first call runs on whichever is ready first
+(a function whose kernels are few or in the disk cache: native code), later calls on the quick
+tier until the native program is ready, then on it.
 
 Both tiers give numpy arrays, equal within the documented tolerances (XLA's kernels and
 xfuse's round differently, as jax.jit and xfuse do). Where the native compile fails after the
 quick tier took over, the quick tier keeps running the calls and a warning says why.
 
 `xfuse.jit(f, tiers=False)` waits for native code (for benchmarks and AOT); `tiers=True` runs
-the quick tier unless the native program is ready at once; `XFUSE_TIERS=0` turns tiers off for
+the quick tier unless the native program is ready as soon; `XFUSE_TIERS=0` turns tiers off for
 every function that does not ask for them (tiers=True). Imports jax, numpy and xfuse's own packages.
 """
 
@@ -28,9 +29,8 @@ import numpy as np
 
 from .stages import Compiled, Lowered
 
-# A native compile that ends within this runs every call (a function whose kernels are few
-# or in the disk cache); a quick tier costs an XLA compile (0.1-1 s) and a switch.
-TIER_WAIT_S = 0.25
+# How often the first call looks at which tier is ready.
+POLL_S = 0.002
 TIERED_BACKENDS = ("numba", "c")
 
 
@@ -82,6 +82,25 @@ class Pending:
                           stacklevel=1)
 
 
+class Building:
+    """The quick tier compiling on a daemon thread of its own: `ready` is set once it ended,
+    with `quick` (None where jax.jit could not take the function)."""
+
+    def __init__(self, lowered: Lowered, fun: Callable, pending: Pending) -> None:
+        self.quick: QuickCompiled | None = None
+        self.ready = threading.Event()
+        threading.Thread(target=self._run, args=(lowered, fun, pending), daemon=True,
+                         name=f"xfuse quick tier of {lowered.module.name}").start()
+
+    def _run(self, lowered: Lowered, fun: Callable, pending: Pending) -> None:
+        try:
+            self.quick = QuickCompiled(lowered, fun, pending)
+        except Exception:  # noqa: BLE001 - the calls wait for native code instead
+            pass
+        finally:
+            self.ready.set()
+
+
 class QuickCompiled(Compiled):
     """The quick tier of a signature: `jax.jit` of the function at the traced signature (weak
     types included), giving numpy arrays as the native tier does."""
@@ -131,4 +150,4 @@ class QuickCompiled(Compiled):
         return 0
 
 
-__all__ = ["TIER_WAIT_S", "Pending", "QuickCompiled", "enabled"]
+__all__ = ["POLL_S", "Building", "Pending", "QuickCompiled", "enabled"]
