@@ -173,3 +173,25 @@ def test_a_function_jax_jit_cannot_compile_waits_for_native_code(monkeypatch):
     fn = xfuse.jit(layer, static_argnames="scale", tiers=True)
     check(fn(*args, scale=0.5), jax.jit(layer, static_argnames="scale")(*args, scale=0.5), "waited")
     assert fn.tier_of(*args, scale=0.5) == "native" and fn.wait_native(timeout=0)
+
+
+def test_the_quick_tier_traces_in_the_callers_x64_mode(monkeypatch):
+    """The quick tier compiles on a thread of its own: it takes the caller's x64 mode (a
+    thread-local setting), so float64 stays float64 as on the native tier."""
+    def poly(x):
+        return x * x * 3.0 + 1e-300  # 1e-300 is 0 in float32
+
+    gate = threading.Event()
+    slowed_native_compile(monkeypatch, gate)
+    x = np.linspace(-1, 1, 9)
+    with jax.enable_x64(True):
+        fn = xfuse.jit(poly, tiers=True)
+        got = fn(x)
+        assert fn.tier_of(x) == "jax"
+        want = np.asarray(jax.jit(poly)(x))
+        gate.set()
+        assert fn.wait_native(timeout=300)
+        native = fn(x)
+    assert got.dtype == want.dtype == native.dtype == np.float64
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(native, want, rtol=1e-15, atol=0)

@@ -26,6 +26,7 @@ from concurrent.futures import Future
 
 import jax
 import numpy as np
+from jax._src.config import enable_x64 as _X64
 
 from .stages import Compiled, Lowered
 
@@ -89,12 +90,14 @@ class Building:
     def __init__(self, lowered: Lowered, fun: Callable, pending: Pending) -> None:
         self.quick: QuickCompiled | None = None
         self.ready = threading.Event()
-        threading.Thread(target=self._run, args=(lowered, fun, pending), daemon=True,
+        x64 = _X64.value  # the caller's (thread-local) x64 mode, which the signature was traced in
+        threading.Thread(target=self._run, args=(lowered, fun, pending, x64), daemon=True,
                          name=f"xfuse quick tier of {lowered.module.name}").start()
 
-    def _run(self, lowered: Lowered, fun: Callable, pending: Pending) -> None:
+    def _run(self, lowered: Lowered, fun: Callable, pending: Pending, x64: bool) -> None:
         try:
-            self.quick = QuickCompiled(lowered, fun, pending)
+            with jax.enable_x64(x64):
+                self.quick = QuickCompiled(lowered, fun, pending)
         except Exception:  # noqa: BLE001 - the calls wait for native code instead
             pass
         finally:
