@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from xfuse.hlo import Computation, Instruction, Module, Op, Shape, TupleShape
 from xfuse.hlo.ops import Kind
 
+from .dce import live_names
 from .licm import call_counts, own_loops
 from .pipeline import register
 from .rewrite import Namer
@@ -292,12 +293,7 @@ def prove(body: Computation, cond: Computation, state: dict[int, int]) -> tuple[
 def _split_macs(body: Computation, axes: dict) -> tuple[int, int, int]:
     """Multiply-adds a step of the products that reach the root do: (split, split and of at
     most `THREADED_MACS` whole, not split)."""
-    live, stack = set(), [body.root]
-    while stack:
-        name = stack.pop()
-        if name not in live:
-            live.add(name)
-            stack.extend(body[name].operands)
+    live = live_names(body)
     split = small = whole = 0
     for inst in body.instructions:
         if inst.op is Op.DOT_GENERAL and inst.name in live:

@@ -165,7 +165,7 @@ def test_tiers_must_be_a_bool_or_none():
 
 def test_a_function_jax_jit_cannot_compile_waits_for_native_code(monkeypatch):
     """Where the quick tier cannot be built, the first call waits for the native program."""
-    def refused(self, lowered, fun, pending):
+    def refused(self, lowered, fun):
         raise RuntimeError("no quick tier")
 
     monkeypatch.setattr(tiers.QuickCompiled, "__init__", refused)

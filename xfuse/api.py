@@ -253,7 +253,7 @@ class Jitted:
 
         with self._lock:
             pending = self._pending[key] = tiers_.Pending(lowered, arrays, install)
-        built = tiers_.Building(lowered, self.fun, pending)
+        built = tiers_.Building(lowered, self.fun)
         while not built.ready.wait(tiers_.POLL_S):
             if pending.done.is_set() and not self.tiers:
                 break

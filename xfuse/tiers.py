@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import warnings
 from types import SimpleNamespace
 from collections.abc import Callable
@@ -53,8 +52,6 @@ class Pending:
         self.native: Compiled | None = None
         self.error: BaseException | None = None
         self.quick_took_over = False
-        self.started = time.perf_counter()
-        self.seconds = 0.0  # how long the native compile took
         self.done = threading.Event()
         self._install = install
         self.thread = threading.Thread(target=self._run, args=(lowered, arrays), daemon=True,
@@ -72,7 +69,6 @@ class Pending:
             except Exception:  # noqa: BLE001 - the call's own error: the program is ready
                 pass
             self.native = native
-        self.seconds = time.perf_counter() - self.started
         try:
             self._install(self)
         finally:
@@ -87,17 +83,17 @@ class Building:
     """The quick tier compiling on a daemon thread of its own: `ready` is set once it ended,
     with `quick` (None where jax.jit could not take the function)."""
 
-    def __init__(self, lowered: Lowered, fun: Callable, pending: Pending) -> None:
+    def __init__(self, lowered: Lowered, fun: Callable) -> None:
         self.quick: QuickCompiled | None = None
         self.ready = threading.Event()
         x64 = _X64.value  # the caller's (thread-local) x64 mode, which the signature was traced in
-        threading.Thread(target=self._run, args=(lowered, fun, pending, x64), daemon=True,
+        threading.Thread(target=self._run, args=(lowered, fun, x64), daemon=True,
                          name=f"xfuse quick tier of {lowered.module.name}").start()
 
-    def _run(self, lowered: Lowered, fun: Callable, pending: Pending, x64: bool) -> None:
+    def _run(self, lowered: Lowered, fun: Callable, x64: bool) -> None:
         try:
             with jax.enable_x64(x64):
-                self.quick = QuickCompiled(lowered, fun, pending)
+                self.quick = QuickCompiled(lowered, fun)
         except Exception:  # noqa: BLE001 - the calls wait for native code instead
             pass
         finally:
@@ -110,7 +106,7 @@ class QuickCompiled(Compiled):
 
     tier = "jax"
 
-    def __init__(self, lowered: Lowered, fun: Callable, pending: Pending) -> None:
+    def __init__(self, lowered: Lowered, fun: Callable) -> None:
         from xfuse.fusion import FusionReport
 
         info = lowered.info
@@ -120,7 +116,7 @@ class QuickCompiled(Compiled):
             args, kwargs = info.splitter.merge(dynamic_args, dynamic_kwargs, info.static)
             return fun(*args, **kwargs)
 
-        self.lowered, self.module, self.pending = lowered, lowered.module, pending
+        self.lowered, self.module = lowered, lowered.module
         self.executable = jax.jit(flat).lower(*[spec.struct for spec in info.leaves]).compile()
         self._device_arrays = False
         self._compile_s, self._first_call_s = 0.0, None
